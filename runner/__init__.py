@@ -1,0 +1,63 @@
+"""xcsh-run: run LLM-agent custom tools in isolated, killable worker processes.
+
+General layout: ``_proc`` supervises one worker process (spawn, exit, kill);
+``_boundary`` is the kernel-tracked group every kill goes through;
+``_host`` is the trio runner (discovery through workers, calls, the
+cancellation ladder); ``_sync`` wraps it for plain programs; ``_cli`` is the
+``xcsh-run`` command, a thin layer over this public API. The wire protocol
+lives in ``worker._protocol``, shared with the worker side.
+"""
+
+from ._discovery import Candidate as Candidate
+from ._discovery import ToolSource as ToolSource
+from ._discovery import discover_custom_tool_paths as discover_custom_tool_paths
+from ._errors import ConfigError as ConfigError
+from ._errors import LocalProtocolError as LocalProtocolError
+from ._errors import ProtocolError as ProtocolError
+from ._errors import RemoteProtocolError as RemoteProtocolError
+from ._errors import RunnerError as RunnerError
+from ._errors import WorkerDied as WorkerDied
+from ._errors import WorkerError as WorkerError
+from ._errors import WorkerStartupError as WorkerStartupError
+from ._host import LoadError as LoadError
+from ._host import Runner as Runner
+from ._host import RunnerStatistics as RunnerStatistics
+from ._host import ToolInfo as ToolInfo
+from ._host import open_runner as open_runner
+from ._results import ErrorInfo as ErrorInfo
+from ._results import ErrorKind as ErrorKind
+from ._results import ToolResult as ToolResult
+from ._sync import run_tool_sync as run_tool_sync
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Candidate",
+    "ConfigError",
+    "ErrorInfo",
+    "ErrorKind",
+    "LoadError",
+    "LocalProtocolError",
+    "ProtocolError",
+    "RemoteProtocolError",
+    "Runner",
+    "RunnerError",
+    "RunnerStatistics",
+    "ToolInfo",
+    "ToolResult",
+    "ToolSource",
+    "WorkerDied",
+    "WorkerError",
+    "WorkerStartupError",
+    "discover_custom_tool_paths",
+    "open_runner",
+    "run_tool_sync",
+]
+
+for _name in __all__:
+    _obj = globals()[_name]
+    if getattr(_obj, "__module__", "").startswith("runner._"):
+        try:
+            _obj.__module__ = "runner"
+        except (AttributeError, TypeError):  # pragma: no cover - some types refuse
+            pass

@@ -1,0 +1,88 @@
+"""Exceptions the runner raises. Calls never raise them: they become results.
+
+::
+
+    RunnerError
+    ├── ConfigError(RunnerError, ValueError)   a bad option or path given to the runner
+    ├── ProtocolError                          cannot be instantiated directly
+    │   ├── LocalProtocolError                 we tried to send something illegal: a bug here
+    │   └── RemoteProtocolError                the worker sent something that is not the protocol
+    └── WorkerError
+        ├── WorkerStartupError                 the worker could not be started
+        └── WorkerDied                         the worker exited; carries how and its stderr tail
+"""
+
+from __future__ import annotations
+
+import signal as _signal
+
+
+class RunnerError(Exception):
+    """Base class of everything the runner raises."""
+
+
+class ConfigError(RunnerError, ValueError):
+    """An option given to the runner is invalid; the message says which and how to fix it."""
+
+
+class ProtocolError(RunnerError):
+    """The protocol was broken. Raise one of the two subclasses."""
+
+    def __init__(self, message: str) -> None:
+        if type(self) is ProtocolError:
+            raise TypeError("raise LocalProtocolError or RemoteProtocolError, not ProtocolError")
+        super().__init__(message)
+
+
+class LocalProtocolError(ProtocolError):
+    """The host tried to send something the protocol does not allow (a bug in xcsh-run)."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The worker sent bytes that are not the protocol."""
+
+
+class WorkerError(RunnerError):
+    """Something happened to a worker process."""
+
+
+class WorkerStartupError(WorkerError):
+    """The worker process could not be started (missing interpreter, fd limit, ...)."""
+
+
+class WorkerDied(WorkerError):
+    """The worker exited while the host still expected an answer.
+
+    Attributes:
+        returncode: the exit status, or minus the signal number.
+        stderr_tail: the last of what the worker wrote to stderr.
+    """
+
+    def __init__(self, returncode: int, stderr_tail: str) -> None:
+        self.returncode = returncode
+        self.stderr_tail = stderr_tail
+        super().__init__(f"worker {describe_exit(returncode)}")
+
+    @property
+    def signal_name(self) -> str | None:
+        return signal_name(self.returncode)
+
+    @property
+    def exit_code(self) -> int | None:
+        return self.returncode if self.returncode >= 0 else None
+
+
+def signal_name(returncode: int) -> str | None:
+    if returncode >= 0:
+        return None
+    try:
+        return _signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+def describe_exit(returncode: int) -> str:
+    name = signal_name(returncode)
+    if name is None:
+        return f"exited with code {returncode}"
+    return f"was killed by {name}"

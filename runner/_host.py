@@ -1,0 +1,624 @@
+"""The trio host: discovery through workers, calls, timeouts and the cancellation ladder.
+
+Every call ends in exactly one :class:`ToolResult`. Tool failures, crashes,
+timeouts, protocol violations and cancellation requests all become results
+with ``is_error=True``; :meth:`Runner.call_tool` raises only ``trio.Cancelled``
+(after the worker's tree is gone) when the *caller's* scope is cancelled.
+
+The ladder, used for timeouts and cancellation alike:
+
+1. send ``$/cancel`` with the reason, then SIGTERM to the worker: the tool's
+   ``signal`` fires; a sync tool gets ``ToolCancelled`` raised, an async one
+   has its task cancelled;
+2. wait up to ``grace`` seconds for the worker to answer or exit;
+3. kill the worker's whole boundary (cgroup) and wait until it is empty.
+
+The result's ``error.rung`` says whether step 2 (``"cooperative"``) or step 3
+(``"killed"``) ended it. A worker that went through the ladder is never reused.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import math
+import os
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+import trio
+
+from worker import _protocol as p
+
+from ._boundary import CgroupRoot
+from ._discovery import Candidate, ToolSource, discover_custom_tool_paths
+from ._errors import ConfigError, RemoteProtocolError, WorkerDied, WorkerError, describe_exit
+from ._proc import RemoteError, WorkerProcess, WorkerState, _Pending
+from ._results import ErrorKind, ToolResult, error_result
+from ._validate import ArgumentValidator, SchemaProblem
+
+DEFAULT_TIMEOUT: Final = 60.0
+DEFAULT_GRACE: Final = 1.0
+DEFAULT_LOAD_TIMEOUT: Final = 10.0
+
+UpdateCallback = Callable[[dict[str, Any]], object]
+
+_KIND_BY_NAME: Final = {k.value: k for k in ErrorKind}
+_call_ids = itertools.count(1)
+
+
+class ToolInfo(msgspec.Struct, frozen=True):
+    """A loaded tool as the host sees it: what a model needs, and where it lives."""
+
+    name: str
+    label: str
+    description: str
+    parameters: dict[str, Any]
+    module: str
+    source: ToolSource
+    hidden: bool = False
+    deferrable: bool = False
+    concurrency: str = "shared"
+    timeout: float | None = None
+    params_kind: str = "json_schema"
+
+
+class LoadError(msgspec.Struct, frozen=True):
+    """A module (or one entry of its factory) that did not become a tool."""
+
+    path: str
+    message: str
+    source: ToolSource
+    stderr_tail: str | None = None
+
+
+class RunnerStatistics(msgspec.Struct, frozen=True):
+    """A snapshot of the runner's workers and calls."""
+
+    idle_workers: int
+    busy_workers: int
+    starting_workers: int
+    running_calls: int
+    reliable_boundary: bool
+
+
+class _LoadFailed(Exception):
+    def __init__(self, message: str, stderr_tail: str | None = None) -> None:
+        self.stderr_tail = stderr_tail
+        super().__init__(message)
+
+
+class _Call:
+    __slots__ = ("call_id", "scope", "reason")
+
+    def __init__(self, call_id: str) -> None:
+        self.call_id = call_id
+        self.scope: trio.CancelScope | None = None
+        self.reason: str | None = None
+
+
+class Runner:
+    """Owns tool workers. Get one from :func:`open_runner`; it has no public constructor."""
+
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        *,
+        cwd: str,
+        env: Mapping[str, str],
+        default_timeout: float,
+        grace: float,
+        load_timeout: float,
+        max_frame_bytes: int,
+        builtin_tool_names: Iterable[str],
+    ) -> None:
+        self._nursery = nursery
+        self.cwd = cwd
+        self._env = dict(env)
+        self.default_timeout = default_timeout
+        self.grace = grace
+        self.load_timeout = load_timeout
+        self.max_frame_bytes = max_frame_bytes
+        self._builtins = frozenset(builtin_tool_names)
+        self._cgroup_root = CgroupRoot.create()
+        self._tools: dict[str, ToolInfo] = {}
+        self._errors: list[LoadError] = []
+        self._idle: dict[str, list[WorkerProcess]] = {}
+        self._workers: set[WorkerProcess] = set()
+        self._starting = 0
+        self._calls: dict[str, _Call] = {}
+        self._validators: dict[str, ArgumentValidator] = {}
+        self._closed = False
+
+    # --- discovery -------------------------------------------------------------
+
+    @property
+    def tools(self) -> list[ToolInfo]:
+        """Every loaded tool, in discovery order (hidden ones included)."""
+        return list(self._tools.values())
+
+    @property
+    def errors(self) -> list[LoadError]:
+        """Every module or factory entry that failed to load, with the reason."""
+        return list(self._errors)
+
+    def get_tool(self, name: str) -> ToolInfo | None:
+        return self._tools.get(name)
+
+    async def load(self, configured_paths: Sequence[str] = ()) -> None:
+        """Discover modules and describe them, each in its own worker, in parallel.
+
+        Modules load in parallel (bounded by the core count) but are merged in
+        precedence order, so the first definition of a name always wins.
+        """
+        candidates = discover_custom_tool_paths(configured_paths, self.cwd)
+        outcomes: list[tuple[list[ToolInfo], list[LoadError]] | None] = [None] * len(candidates)
+        limiter = trio.CapacityLimiter(max(1, os.cpu_count() or 1))
+
+        async def one(index: int, candidate: Candidate) -> None:
+            async with limiter:
+                outcomes[index] = await self._load_candidate(candidate)
+
+        async with trio.open_nursery() as nursery:
+            for index, candidate in enumerate(candidates):
+                nursery.start_soon(one, index, candidate)
+        for outcome in outcomes:
+            assert outcome is not None
+            infos, errors = outcome
+            self._errors.extend(errors)
+            for info in infos:
+                self._register(info)
+
+    def _register(self, info: ToolInfo) -> None:
+        if info.name in self._builtins:
+            self._errors.append(
+                LoadError(info.module, f"tool name {info.name!r} conflicts with a built-in tool; rename it", info.source)
+            )
+        elif (first := self._tools.get(info.name)) is not None:
+            self._errors.append(
+                LoadError(
+                    info.module,
+                    f"tool name {info.name!r} conflicts with the tool already loaded from {first.module} "
+                    f"({first.source.provider}); the first one wins, rename this one",
+                    info.source,
+                )
+            )
+        else:
+            if info.params_kind == "json_schema":
+                try:
+                    self._validators[info.name] = ArgumentValidator(info.parameters)
+                except SchemaProblem as exc:
+                    self._errors.append(LoadError(info.module, f"tool {info.name!r}: {exc}", info.source))
+                    return
+            self._tools[info.name] = info
+
+    async def _load_candidate(self, candidate: Candidate) -> tuple[list[ToolInfo], list[LoadError]]:
+        path = candidate.resolved
+        if path.endswith((".md", ".json")):
+            message = f"{candidate.path}: .md and .json files are tool metadata and cannot be loaded as modules"
+            return [], [LoadError(candidate.path, message, candidate.source)]
+        if not os.path.exists(path):
+            message = f"{candidate.path}: no such file or folder; check the path given to --tools"
+            return [], [LoadError(candidate.path, message, candidate.source)]
+        try:
+            worker, result = await self._spawn_loaded(path, self.load_timeout)
+        except _LoadFailed as exc:
+            return [], [LoadError(candidate.path, str(exc), candidate.source, exc.stderr_tail)]
+        self._release(worker)
+        errors = [
+            LoadError(candidate.path, f"entry {e.index} of factory(api): {e.message}", candidate.source)
+            for e in result.entry_errors
+        ]
+        infos = [
+            ToolInfo(
+                name=d.name,
+                label=d.label,
+                description=d.description,
+                parameters=d.parameters,
+                module=path,
+                source=candidate.source,
+                hidden=d.hidden,
+                deferrable=d.deferrable,
+                concurrency=d.concurrency,
+                timeout=d.timeout,
+                params_kind=d.params_kind,
+            )
+            for d in result.tools
+        ]
+        return infos, errors
+
+    # --- workers -----------------------------------------------------------------
+
+    async def _spawn_loaded(self, module: str, timeout: float) -> tuple[WorkerProcess, p.LoadResult]:
+        """Start a worker and load ``module`` in it, within ``timeout``; raises _LoadFailed."""
+        worker: WorkerProcess | None = None
+        ok = False
+        self._starting += 1
+        try:
+            with trio.move_on_after(timeout) as scope:
+                worker = await WorkerProcess.start(
+                    self._nursery,
+                    module=module,
+                    cwd=self.cwd,
+                    env=self._env,
+                    cgroup_root=self._cgroup_root,
+                    max_frame_bytes=self.max_frame_bytes,
+                )
+                self._workers.add(worker)
+                raw = await worker.request(p.M_LOAD, p.LoadParams(path=module))
+                result = msgspec.json.decode(raw, type=p.LoadResult)
+                ok = True
+                return worker, result
+            assert scope.cancelled_caught
+            raise _LoadFailed(
+                f"{module}: the module did not finish loading within {timeout:g} s (load timeout); "
+                "it may loop or block at import time",
+                _tail(worker),
+            )
+        except RemoteError as exc:
+            raise _LoadFailed(exc.error.message, _tail(worker)) from None
+        except WorkerDied as exc:
+            raise _LoadFailed(
+                f"{module}: the worker {describe_exit(exc.returncode)} while loading the module"
+                + (f"; last stderr: {_last_line(exc.stderr_tail)}" if exc.stderr_tail.strip() else ""),
+                exc.stderr_tail or None,
+            ) from None
+        except (RemoteProtocolError, WorkerError, msgspec.DecodeError) as exc:
+            raise _LoadFailed(f"{module}: {exc}", _tail(worker)) from None
+        finally:
+            self._starting -= 1
+            if worker is not None and not ok:
+                with trio.CancelScope(shield=True):
+                    await self._retire(worker)
+
+    async def _acquire(self, module: str, timeout: float) -> WorkerProcess:
+        idle = self._idle.get(module, [])
+        while idle:
+            worker = idle.pop()
+            if worker.alive:
+                worker.state = WorkerState.BUSY
+                return worker
+            await self._retire(worker)
+        worker, _ = await self._spawn_loaded(module, timeout)
+        worker.state = WorkerState.BUSY
+        return worker
+
+    def _release(self, worker: WorkerProcess) -> None:
+        worker.state = WorkerState.IDLE
+        if self._closed:
+            self._nursery.start_soon(self._retire, worker)
+            return
+        self._idle.setdefault(worker.module, []).append(worker)
+
+    async def _retire(self, worker: WorkerProcess) -> None:
+        idle = self._idle.get(worker.module)
+        if idle and worker in idle:
+            idle.remove(worker)
+        await worker.kill()
+        self._workers.discard(worker)
+
+    def _reusable(self, worker: WorkerProcess) -> bool:
+        # A call that left processes behind (a daemon, a background job)
+        # retires its worker: nothing a call started may outlive the call.
+        return worker.alive and worker.boundary.members() in ([], [worker.pid])
+
+    # --- calls ---------------------------------------------------------------------
+
+    def cancel(self, tool_call_id: str, reason: str = "cancelled") -> bool:
+        """Cancel a running call; it ends with a ``cancelled`` result. False if no such call."""
+        call = self._calls.get(tool_call_id)
+        if call is None:
+            return False
+        if call.reason is None:
+            call.reason = reason
+        if call.scope is not None:
+            call.scope.cancel()
+        return True
+
+    def cancel_all(self, reason: str = "cancelled") -> None:
+        """Cancel every running call."""
+        for call_id in list(self._calls):
+            self.cancel(call_id, reason)
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        on_update: UpdateCallback | None = None,
+        timeout: float | None = None,
+        tool_call_id: str | None = None,
+        ctx: Mapping[str, Any] | None = None,
+    ) -> ToolResult:
+        """Run one tool call to its single terminal result.
+
+        Args:
+            name: the tool's name.
+            arguments: the JSON object of arguments.
+            on_update: called with each partial result ``{"content", "details"}``,
+                in order, before this returns. It runs on the host's event loop
+                and must not block.
+            timeout: seconds; defaults to the tool's own timeout, then the
+                runner's default. Starting a worker counts against it.
+            tool_call_id: an id for :meth:`cancel` and for the tool; generated if absent.
+            ctx: read-only state shared with the tool as ``ctx``.
+
+        Returns:
+            The result; ``is_error`` is True for every failure.
+
+        Cancellation: if the caller's scope is cancelled, the worker goes
+        through the ladder and its tree is gone before ``Cancelled`` propagates.
+        """
+        if self._closed:
+            raise ConfigError("this runner is closed; open a new one with open_runner()")
+        call_id = tool_call_id or f"call-{next(_call_ids)}"
+        info = self._tools.get(name)
+        if info is None:
+            return self._not_found(name)
+        args: Any = {} if arguments is None else arguments
+        if not isinstance(args, Mapping):
+            return error_result(
+                ErrorKind.INVALID_ARGUMENTS,
+                f"arguments for {name!r} must be a JSON object, got {type(args).__name__}",
+                path="$",
+            )
+        validator = self._validators.get(name)
+        if validator is not None:
+            try:
+                validator.validate(args)
+            except SchemaProblem as exc:
+                return error_result(
+                    ErrorKind.INVALID_ARGUMENTS, f"invalid arguments for {name!r}: {exc}", path=exc.path
+                )
+        try:
+            raw_args = p.encode_value(args)
+        except (TypeError, msgspec.EncodeError) as exc:
+            return error_result(ErrorKind.INVALID_ARGUMENTS, f"arguments are not JSON-serialisable: {exc}", path="$")
+        if timeout is None:
+            timeout = info.timeout if info.timeout is not None else self.default_timeout
+        if not (timeout > 0 and math.isfinite(timeout)):
+            raise ConfigError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if call_id in self._calls:
+            raise ConfigError(f"tool_call_id {call_id!r} is already running; ids must be unique")
+        call = _Call(call_id)
+        self._calls[call_id] = call
+        try:
+            return await self._run_call(info, call, raw_args, dict(ctx or {}), on_update, timeout)
+        finally:
+            del self._calls[call_id]
+
+    def _not_found(self, name: str) -> ToolResult:
+        names = [t.name for t in self._tools.values() if not t.hidden]
+        close = difflib.get_close_matches(name, names, n=3)
+        message = f"no tool named {name!r}"
+        if close:
+            message += "; did you mean " + " or ".join(repr(c) for c in close) + "?"
+        elif names:
+            message += f"; known tools: {', '.join(sorted(names))}"
+        else:
+            message += "; no tools are loaded (put modules in .xcsh/tools or pass --tools PATH)"
+        if self._errors:
+            message += f" ({len(self._errors)} module(s) failed to load; `xcsh-run list` shows why)"
+        return error_result(ErrorKind.NOT_FOUND, message)
+
+    async def _run_call(
+        self,
+        info: ToolInfo,
+        call: _Call,
+        raw_args: msgspec.Raw,
+        ctx: dict[str, Any],
+        on_update: UpdateCallback | None,
+        timeout: float,
+    ) -> ToolResult:
+        worker: WorkerProcess | None = None
+        pending: _Pending | None = None
+        reusable = False
+
+        def deliver(partial: p.CallResult) -> None:
+            if on_update is None:
+                return
+            try:
+                on_update({"content": partial.content, "details": partial.details})
+            except Exception as exc:  # the caller's callback must not take the host down
+                import logging
+
+                logging.getLogger("xcsh_run").warning("on_update callback raised %r; update dropped", exc)
+
+        try:
+            with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
+                call.scope = scope
+                if call.reason is not None:
+                    scope.cancel()
+                try:
+                    worker = await self._acquire(info.module, timeout)
+                except _LoadFailed as exc:
+                    return error_result(ErrorKind.LOAD_ERROR, str(exc), stderr_tail=exc.stderr_tail, module=info.module)
+                params = p.CallParams(call_id=call.call_id, tool=info.name, arguments=raw_args, ctx=ctx)
+                pending = await worker.send_request(p.M_CALL, params, on_update=(call.call_id, deliver))
+                await pending.event.wait()
+            if scope.cancelled_caught:
+                reason = call.reason or "timeout"
+                kind = ErrorKind.CANCELLED if call.reason is not None else ErrorKind.TIMEOUT
+                if worker is None:
+                    what = "cancelled" if kind is ErrorKind.CANCELLED else f"timed out after {timeout:g} s"
+                    return error_result(kind, f"{info.name!r} {what} before its worker was ready", module=info.module)
+                rung = await self._ladder(worker, call.call_id, reason, pending)
+                if kind is ErrorKind.TIMEOUT:
+                    message = f"{info.name!r} timed out after {timeout:g} s"
+                else:
+                    message = f"{info.name!r} was cancelled ({reason})"
+                how = "stopped within the grace period" if rung == "cooperative" else "was killed after the grace period"
+                return error_result(
+                    kind,
+                    f"{message}; the tool {how}",
+                    rung=rung,
+                    stderr_tail=worker.stderr_tail.text() or None,
+                    module=info.module,
+                )
+            assert worker is not None and pending is not None
+            result = self._interpret(info, worker, pending)
+            reusable = result.kind in (None, "tool_error", "invalid_arguments") and self._reusable(worker)
+            return result
+        except BaseException:
+            # The caller was cancelled (or something unexpected happened):
+            # the worker still goes through the ladder before we let go.
+            if worker is not None:
+                with trio.CancelScope(shield=True):
+                    await self._ladder(worker, call.call_id, call.reason or "cancelled", pending)
+            raise
+        finally:
+            if pending is not None and worker is not None:
+                worker.forget(pending)
+            if worker is not None:
+                worker.calls_served += 1
+                if reusable:
+                    self._release(worker)
+                else:
+                    with trio.CancelScope(shield=True):
+                        await self._retire(worker)
+
+    async def _ladder(self, worker: WorkerProcess, call_id: str, reason: str, pending: _Pending | None) -> str:
+        """Stop a call: $/cancel + SIGTERM, grace, then kill the tree. Returns the rung."""
+        with trio.CancelScope(shield=True):
+            rung = "killed"
+            with trio.move_on_after(self.grace):
+                await worker.notify(p.N_CANCEL, p.CancelParams(call_id=call_id, reason=reason))
+                worker.terminate()
+                if pending is not None:
+                    await pending.event.wait()
+                else:
+                    await worker.wait_exited()
+                rung = "cooperative"
+            await worker.kill()
+            return rung
+
+    def _interpret(self, info: ToolInfo, worker: WorkerProcess, pending: _Pending) -> ToolResult:
+        try:
+            raw = pending.outcome()
+        except RemoteError as exc:
+            data = exc.data
+            kind = _KIND_BY_NAME.get(str(data.get("kind")), ErrorKind.PROTOCOL_ERROR)
+            return error_result(
+                kind,
+                exc.error.message,
+                traceback=data.get("traceback"),
+                path=data.get("path"),
+                limit=data.get("limit"),
+                module=info.module,
+            )
+        except WorkerDied as exc:
+            return error_result(
+                ErrorKind.CRASHED,
+                f"the worker running {info.name!r} {describe_exit(exc.returncode)}"
+                + (f"; last stderr: {_last_line(exc.stderr_tail)}" if exc.stderr_tail.strip() else ""),
+                exit_code=exc.exit_code,
+                signal=exc.signal_name,
+                stderr_tail=exc.stderr_tail or None,
+                module=info.module,
+            )
+        except RemoteProtocolError as exc:
+            return error_result(
+                ErrorKind.PROTOCOL_ERROR, str(exc), stderr_tail=worker.stderr_tail.text() or None, module=info.module
+            )
+        try:
+            result = msgspec.json.decode(raw, type=p.CallResult)
+        except msgspec.DecodeError as exc:
+            return error_result(ErrorKind.PROTOCOL_ERROR, f"the worker sent a malformed result: {exc}", module=info.module)
+        return ToolResult(content=result.content, details=result.details)
+
+    # --- lifecycle ---------------------------------------------------------------
+
+    def statistics(self) -> RunnerStatistics:
+        states = [w.state for w in self._workers]
+        return RunnerStatistics(
+            idle_workers=states.count(WorkerState.IDLE),
+            busy_workers=states.count(WorkerState.BUSY),
+            starting_workers=self._starting,
+            running_calls=len(self._calls),
+            reliable_boundary=self._cgroup_root is not None,
+        )
+
+    async def aclose(self) -> None:
+        """Stop every worker (shutdown request, then the tree kill). Idempotent.
+
+        Always leaves no worker process behind, even when cancelled: the
+        teardown runs shielded.
+        """
+        self._closed = True
+        with trio.CancelScope(shield=True):
+            self.cancel_all("runner closing")
+            async with trio.open_nursery() as nursery:
+                for worker in list(self._workers):
+                    nursery.start_soon(self._shutdown_worker, worker)
+            if self._cgroup_root is not None:
+                await trio.to_thread.run_sync(self._cgroup_root.remove)
+
+    async def _shutdown_worker(self, worker: WorkerProcess) -> None:
+        await worker.shutdown(self.grace)
+        self._workers.discard(worker)
+
+
+def _tail(worker: WorkerProcess | None) -> str | None:
+    return (worker.stderr_tail.text() or None) if worker is not None else None
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else ""
+
+
+@asynccontextmanager
+async def open_runner(
+    tool_paths: Sequence[str] = (),
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    builtin_tool_names: Iterable[str] = (),
+    default_timeout: float = DEFAULT_TIMEOUT,
+    grace: float = DEFAULT_GRACE,
+    load_timeout: float = DEFAULT_LOAD_TIMEOUT,
+    max_frame_bytes: int = p.DEFAULT_MAX_FRAME_BYTES,
+    env: Mapping[str, str] | None = None,
+) -> AsyncIterator[Runner]:
+    """Discover tools and own their workers for the duration of the block.
+
+    Args:
+        tool_paths: extra tool files or folders (like the CLI's ``--tools``),
+            relative to ``cwd``; ``<cwd>/.xcsh/tools`` is always searched first.
+        cwd: the working directory tools see as ``api.cwd``; default: the current one.
+        builtin_tool_names: names tools may not take.
+        default_timeout: seconds a call may take unless the tool or the call says otherwise.
+        grace: seconds between SIGTERM and the tree kill in the ladder.
+        load_timeout: seconds a module may take to import and run its factory.
+        max_frame_bytes: the largest protocol message accepted either way.
+        env: the workers' environment; default: the host's.
+
+    Cancellation: leaving the block (normally, by exception or by
+    cancellation) stops every worker and waits until none is left.
+    """
+    for label, value in (("default_timeout", default_timeout), ("grace", grace), ("load_timeout", load_timeout)):
+        if not (value > 0 and math.isfinite(value)):
+            raise ConfigError(f"{label} must be a positive number of seconds, got {value!r}")
+    if not 1024 <= max_frame_bytes <= 2**32 - 1:
+        raise ConfigError(f"max_frame_bytes must be between 1 KiB and 4 GiB, got {max_frame_bytes}")
+    work_dir = os.fspath(cwd) if cwd is not None else os.getcwd()
+    if not Path(work_dir).is_dir():
+        raise ConfigError(f"cwd {work_dir!r} is not a directory")
+    async with trio.open_nursery() as nursery:
+        runner = Runner(
+            nursery,
+            cwd=os.path.abspath(work_dir),
+            env=os.environ if env is None else env,
+            default_timeout=default_timeout,
+            grace=grace,
+            load_timeout=load_timeout,
+            max_frame_bytes=max_frame_bytes,
+            builtin_tool_names=builtin_tool_names,
+        )
+        try:
+            await runner.load(tool_paths)
+            yield runner
+        finally:
+            await runner.aclose()

@@ -1,0 +1,455 @@
+"""WorkerProcess: the only module that touches worker pids, fds and signals.
+
+Rules this module keeps (each one is a bug we do not want back):
+
+1. Spawn on the calling thread, which is the trio thread. trio's own
+   ``open_process`` forks from a worker thread that trio retires after 10 s
+   idle, and anything tied to the forking thread (``PR_SET_PDEATHSIG``) then
+   fires on a healthy worker. ``Popen`` here blocks for well under a
+   millisecond on the vfork path.
+2. A worker's end is its exit, seen through a pidfd. Never pipe EOF: a
+   daemonised grandchild can hold the pipes open for as long as it lives.
+3. Exit is followed by killing the whole boundary (the worker's cgroup), so
+   nothing it started outlives it, and only then by a bounded drain of the
+   pipes.
+4. The protocol has its own pipe pair. fds 1 and 2 are captured into bounded
+   tails, drained continuously so that a flood never blocks the worker.
+5. The worker is attached to its boundary before it is sent ``initialize``,
+   and it runs no tool code before that message, so it cannot fork outside.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import fcntl
+import itertools
+import os
+import signal
+import subprocess
+import sys
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+import msgspec
+import trio
+
+from worker import _protocol as p
+
+from ._boundary import Boundary, CgroupRoot
+from ._errors import RemoteProtocolError, WorkerDied, WorkerStartupError
+
+DRAIN_SECONDS: Final = 0.5
+TAIL_BYTES: Final = 64 * 1024
+_F_SETPIPE_SZ: Final = 1031
+_PIPE_BYTES: Final = 1 << 20
+_READ_CHUNK: Final = 1 << 20
+_ids = itertools.count(1)
+
+
+class WorkerState(enum.Enum):
+    STARTING = "starting"
+    IDLE = "idle"
+    BUSY = "busy"
+    DEAD = "dead"
+
+
+class OutputTail:
+    """The last ``limit`` bytes written to one of the worker's output fds."""
+
+    def __init__(self, limit: int = TAIL_BYTES) -> None:
+        self.limit = limit
+        self.total = 0
+        self._chunks: deque[bytes] = deque()
+        self._size = 0
+
+    def add(self, data: bytes) -> None:
+        self.total += len(data)
+        if len(data) >= self.limit:
+            self._chunks.clear()
+            data = data[-self.limit :]
+            self._size = 0
+        self._chunks.append(data)
+        self._size += len(data)
+        while self._size - len(self._chunks[0]) >= self.limit:
+            self._size -= len(self._chunks.popleft())
+
+    def text(self, max_chars: int = 4000) -> str:
+        raw = b"".join(self._chunks).decode("utf-8", errors="replace")
+        return raw[-max_chars:]
+
+
+class RemoteError(Exception):
+    """The worker answered a request with a JSON-RPC error object."""
+
+    def __init__(self, error: p.ErrorObject) -> None:
+        self.error = error
+        super().__init__(error.message)
+
+    @property
+    def data(self) -> dict[str, Any]:
+        return self.error.data if isinstance(self.error.data, dict) else {}
+
+
+class _Pending:
+    """One request in flight: its answer, or the reason there will be none."""
+
+    __slots__ = ("req_id", "call_id", "event", "result", "error")
+
+    def __init__(self, req_id: int) -> None:
+        self.req_id = req_id
+        self.call_id: str | None = None
+        self.event = trio.Event()
+        self.result: msgspec.Raw | None = None
+        self.error: BaseException | None = None
+
+    def outcome(self) -> msgspec.Raw:
+        """The result, or raise what ended the request (only after ``event`` fired)."""
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None
+        return self.result
+
+
+def _bigger_pipe(fd: int) -> None:
+    # A 1 MiB pipe cuts large-result time by about a fifth; refusal is harmless.
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(fd, _F_SETPIPE_SZ, _PIPE_BYTES)
+
+
+class WorkerProcess:
+    """One live worker: its process, boundary, protocol connection and output tails.
+
+    Created only by :meth:`start`. ``repr`` shows pid, module and state.
+    """
+
+    def __init__(self, *, module: str, boundary: Boundary, max_frame_bytes: int) -> None:
+        self.id = next(_ids)
+        self.module = module
+        self.boundary = boundary
+        self.max_frame_bytes = max_frame_bytes
+        self.state = WorkerState.STARTING
+        self.pid = 0
+        self.returncode: int | None = None
+        self.killed_by_host = False
+        self.calls_served = 0
+        self.stdout_tail = OutputTail()
+        self.stderr_tail = OutputTail()
+        self.protocol_error: RemoteProtocolError | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._pidfd = -1
+        self._send: trio.lowlevel.FdStream | None = None
+        self._send_lock = trio.Lock()
+        self._pending: dict[int, _Pending] = {}
+        self._update_handlers: dict[str, Callable[[p.CallResult], None]] = {}
+        self._next_id = itertools.count(1)
+        self._last_id = 0
+        self._exited = trio.Event()
+        self._finished = trio.Event()
+        self._readers_left = 3
+        self._readers_done = trio.Event()
+
+    def __repr__(self) -> str:
+        return f"<WorkerProcess pid={self.pid} module={os.path.basename(self.module)!r} {self.state.name}>"
+
+    # --- start -------------------------------------------------------------
+
+    @classmethod
+    async def start(
+        cls,
+        nursery: trio.Nursery,
+        *,
+        module: str,
+        cwd: str,
+        env: Mapping[str, str],
+        cgroup_root: CgroupRoot | None,
+        max_frame_bytes: int = p.DEFAULT_MAX_FRAME_BYTES,
+    ) -> WorkerProcess:
+        """Spawn a worker, attach it to a fresh boundary and run the handshake.
+
+        The caller must bound this with a deadline. Raises WorkerStartupError,
+        WorkerDied or RemoteProtocolError; on any failure the worker is gone.
+        """
+        boundary = Boundary(cgroup_root.new_child() if cgroup_root is not None else None)
+        self = cls(module=module, boundary=boundary, max_frame_bytes=max_frame_bytes)
+        fds: list[int] = []
+        try:
+            to_r, to_w = os.pipe()
+            from_r, from_w = os.pipe()
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+            fds += [to_r, to_w, from_r, from_w, out_r, out_w, err_r, err_w]
+            _bigger_pipe(to_w)
+            _bigger_pipe(from_w)
+            argv = [sys.executable, "-I", "-m", "worker", "--fd-in", str(to_r), "--fd-out", str(from_w)]
+            self._proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=err_w,
+                pass_fds=(to_r, from_w),
+                close_fds=True,
+                start_new_session=True,
+                cwd=cwd,
+                env=dict(env),
+            )
+        except OSError as exc:
+            for fd in fds:
+                os.close(fd)
+            boundary.kill()
+            raise WorkerStartupError(f"could not start a worker for {module}: {exc}") from exc
+        # The child has its copies; ours of the child's ends must go, or EOF
+        # would never come and the lifeline would never fire.
+        for fd in (to_r, from_w, out_w, err_w):
+            os.close(fd)
+        self.pid = self._proc.pid
+        self._pidfd = os.pidfd_open(self.pid)
+        self._send = trio.lowlevel.FdStream(to_w)
+        streams = (trio.lowlevel.FdStream(from_r), trio.lowlevel.FdStream(out_r), trio.lowlevel.FdStream(err_r))
+        await nursery.start(self._supervise, streams)
+        try:
+            await trio.to_thread.run_sync(boundary.attach, self.pid)
+            init = p.InitializeParams(
+                protocol_version=p.PROTOCOL_VERSION,
+                host_pid=os.getpid(),
+                cwd=cwd,
+                max_frame_bytes=max_frame_bytes,
+                cgroup_kill_path=boundary.kill_path,
+            )
+            raw = await self.request(p.M_INITIALIZE, init)
+            result = msgspec.json.decode(raw, type=p.InitializeResult)
+            if result.protocol_version != p.PROTOCOL_VERSION:
+                raise RemoteProtocolError(
+                    f"worker speaks protocol version {result.protocol_version}, host speaks {p.PROTOCOL_VERSION}"
+                )
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await self.kill()
+            raise
+        self.state = WorkerState.IDLE
+        return self
+
+    # --- supervision ---------------------------------------------------------
+
+    async def _supervise(
+        self,
+        streams: tuple[trio.lowlevel.FdStream, trio.lowlevel.FdStream, trio.lowlevel.FdStream],
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        protocol, out, err = streams
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._read_protocol, protocol)
+                nursery.start_soon(self._drain, out, self.stdout_tail)
+                nursery.start_soon(self._drain, err, self.stderr_tail)
+                task_status.started()
+                await trio.lowlevel.wait_readable(self._pidfd)
+                self._reap()
+                with trio.CancelScope(shield=True):
+                    # Kill everything the worker left behind so no one holds the
+                    # pipes, then give the readers a bounded moment to reach EOF:
+                    # a reply written just before exit is still delivered.
+                    await trio.to_thread.run_sync(self.boundary.kill)
+                    with trio.move_on_after(DRAIN_SECONDS):
+                        await self._readers_done.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                if self.returncode is None:
+                    # Cancelled from outside (the runner is closing): the
+                    # process must still die and be reaped before we return.
+                    self.killed_by_host = True
+                    await trio.to_thread.run_sync(self.boundary.kill)
+                    if self.boundary.cgroup is None:
+                        with contextlib.suppress(OSError):
+                            os.kill(self.pid, signal.SIGKILL)
+                    await trio.to_thread.run_sync(self._wait_blocking)
+                self.state = WorkerState.DEAD
+                os.close(self._pidfd)
+                self._pidfd = -1
+                for stream in (*streams, self._send):
+                    if stream is not None:
+                        await stream.aclose()
+                self._fail_pending(WorkerDied(self.returncode or 0, self.stderr_tail.text()))
+                self._exited.set()
+                self._finished.set()
+
+    def _reap(self) -> None:
+        assert self._proc is not None
+        self.returncode = self._proc.wait()
+        self.state = WorkerState.DEAD
+        self._exited.set()
+
+    def _wait_blocking(self) -> None:
+        assert self._proc is not None
+        self.returncode = self._proc.wait()
+
+    def _reader_finished(self) -> None:
+        self._readers_left -= 1
+        if self._readers_left == 0:
+            self._readers_done.set()
+
+    async def _drain(self, stream: trio.lowlevel.FdStream, tail: OutputTail) -> None:
+        try:
+            while data := await stream.receive_some(_READ_CHUNK):
+                tail.add(data)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass
+        finally:
+            self._reader_finished()
+
+    async def _read_protocol(self, stream: trio.lowlevel.FdStream) -> None:
+        decoder = p.FrameDecoder(self.max_frame_bytes)
+        try:
+            while True:
+                try:
+                    data = await stream.receive_some(_READ_CHUNK)
+                except (trio.ClosedResourceError, trio.BrokenResourceError):
+                    data = b""
+                decoder.receive_data(data)
+                while (msg := decoder.next_message()) is not p.NEED_DATA:
+                    self._dispatch(msg)  # type: ignore[arg-type]
+                if not data:
+                    return
+        except p.RemoteProtocolError as exc:
+            self.protocol_error = RemoteProtocolError(f"worker for {os.path.basename(self.module)} broke the protocol: {exc}")
+            self._fail_pending(self.protocol_error)
+            # Nothing it says can be trusted any more: end it and its tree.
+            self.killed_by_host = True
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self.boundary.kill)
+        finally:
+            self._reader_finished()
+
+    def _dispatch(self, msg: p.Message) -> None:
+        if isinstance(msg, p.Notification):
+            if msg.method == p.N_UPDATE:
+                update = msgspec.json.decode(msg.params, type=p.UpdateParams)
+                handler = self._update_handlers.get(update.call_id)
+                if handler is not None:
+                    handler(update.partial)
+            return
+        if isinstance(msg, p.Request):
+            # Worker-to-host requests are not part of this protocol version.
+            return
+        if not isinstance(msg.id, int) or not 0 < msg.id <= self._last_id:
+            raise p.RemoteProtocolError(f"response to a request id the host never sent: {msg.id!r}")
+        pending = self._pending.pop(msg.id, None)
+        if pending is None:
+            return  # an answer to a request the caller abandoned (cancelled or timed out)
+        if isinstance(msg, p.Response):
+            pending.result = msg.result
+        else:
+            pending.error = RemoteError(msg.error)
+        pending.event.set()
+
+    def _fail_pending(self, exc: BaseException) -> None:
+        pending, self._pending = self._pending, {}
+        for item in pending.values():
+            item.error = exc
+            item.event.set()
+
+    # --- requests ------------------------------------------------------------
+
+    @property
+    def alive(self) -> bool:
+        return not self._exited.is_set() and self.protocol_error is None
+
+    async def _send_frame(self, frame: bytes) -> None:
+        assert self._send is not None
+        async with self._send_lock:
+            await self._send.send_all(frame)
+
+    async def send_request(
+        self, method: str, params: Any, *, on_update: tuple[str, Callable[[p.CallResult], None]] | None = None
+    ) -> _Pending:
+        """Send a request; the returned handle's ``event`` fires on its answer or the worker's end.
+
+        Pair every call with :meth:`forget` (in a ``finally``).
+        """
+        if self.protocol_error is not None:
+            raise self.protocol_error
+        if self._exited.is_set():
+            raise WorkerDied(self.returncode or 0, self.stderr_tail.text())
+        req_id = self._last_id = next(self._next_id)
+        pending = _Pending(req_id)
+        self._pending[req_id] = pending
+        if on_update is not None:
+            pending.call_id = on_update[0]
+            self._update_handlers[on_update[0]] = on_update[1]
+        body = params if isinstance(params, msgspec.Raw) else p.encode_value(params)
+        frame = p.encode_message(p.Request(id=req_id, method=method, params=body), max_frame_bytes=self.max_frame_bytes)
+        try:
+            await self._send_frame(frame)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            # The worker is gone or going: its exit will fail the pending item.
+            pass
+        except BaseException:
+            self.forget(pending)
+            raise
+        return pending
+
+    def forget(self, pending: _Pending) -> None:
+        self._pending.pop(pending.req_id, None)
+        if pending.call_id is not None:
+            self._update_handlers.pop(pending.call_id, None)
+
+    async def request(self, method: str, params: Any) -> msgspec.Raw:
+        """Send a request and wait for its answer.
+
+        Raises:
+            RemoteError: the worker answered with an error object.
+            WorkerDied: the worker exited before answering.
+            RemoteProtocolError: the worker broke the protocol.
+
+        Cancellation: the request is abandoned; the worker may still be working
+        on it, so the caller must stop the worker.
+        """
+        pending = await self.send_request(method, params)
+        try:
+            await pending.event.wait()
+        finally:
+            self.forget(pending)
+        return pending.outcome()
+
+    async def notify(self, method: str, params: Any) -> None:
+        """Send a notification; silently dropped if the worker is gone."""
+        frame = p.encode_message(p.Notification(method=method, params=p.encode_value(params)))
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await self._send_frame(frame)
+
+    # --- stopping ---------------------------------------------------------------
+
+    def terminate(self) -> None:
+        """Send SIGTERM to the worker (not its children): the first rung of the ladder."""
+        if not self._exited.is_set():
+            self.killed_by_host = True
+            with contextlib.suppress(ProcessLookupError):
+                # pidfd_send_signal cannot hit a recycled pid; fall back to kill.
+                if self._pidfd >= 0:
+                    signal.pidfd_send_signal(self._pidfd, signal.SIGTERM)
+                else:  # pragma: no cover - pidfd closed only after exit
+                    os.kill(self.pid, signal.SIGTERM)
+
+    async def kill(self) -> None:
+        """Kill the worker and its whole tree, and wait until all of it is gone."""
+        if not self._finished.is_set():
+            self.killed_by_host = True
+            await trio.to_thread.run_sync(self.boundary.kill)
+            if self.boundary.cgroup is None and not self._exited.is_set():
+                with contextlib.suppress(OSError):
+                    signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+        await self._finished.wait()
+
+    async def wait_exited(self) -> None:
+        await self._exited.wait()
+
+    async def shutdown(self, grace: float) -> None:
+        """Ask the worker to exit, then kill whatever is left of its tree."""
+        if self.alive:
+            with trio.move_on_after(grace):
+                with contextlib.suppress(RemoteError, WorkerDied, RemoteProtocolError):
+                    await self.request(p.M_SHUTDOWN, None)
+                await self._exited.wait()
+        await self.kill()

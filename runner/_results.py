@@ -1,0 +1,90 @@
+"""What a call returns: exactly one :class:`ToolResult`, whatever the tool did."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import msgspec
+
+
+class ErrorKind(str, enum.Enum):
+    """Why a call ended with ``is_error=True`` (SPEC §4)."""
+
+    TOOL_ERROR = "tool_error"
+    INVALID_ARGUMENTS = "invalid_arguments"
+    NOT_FOUND = "not_found"
+    LOAD_ERROR = "load_error"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+    CRASHED = "crashed"
+    LIMIT_EXCEEDED = "limit_exceeded"
+    PROTOCOL_ERROR = "protocol_error"
+
+
+class ErrorInfo(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Structured evidence for an error result.
+
+    Attributes:
+        kind: one of :class:`ErrorKind`'s values.
+        message: a sentence for the model and for people.
+        exit_code: the worker's exit status, when it exited.
+        signal: the signal that killed the worker (``"SIGSEGV"``), when one did.
+        stderr_tail: the last lines the worker wrote to stderr.
+        traceback: the tool's traceback, for ``tool_error`` and ``load_error``.
+        path: the JSON path of the offending argument, for ``invalid_arguments``.
+        rung: how a timeout or cancellation ended: ``"cooperative"`` (the tool
+            stopped within the grace period) or ``"killed"`` (SIGKILL after it).
+        limit: which limit was hit, for ``limit_exceeded``.
+        module: the tool module involved, when known.
+    """
+
+    kind: str
+    message: str
+    exit_code: int | None = None
+    signal: str | None = None
+    stderr_tail: str | None = None
+    traceback: str | None = None
+    path: str | None = None
+    rung: str | None = None
+    limit: str | None = None
+    module: str | None = None
+
+
+class ToolResult(msgspec.Struct, frozen=True):
+    """The terminal result of one call.
+
+    ``content`` is a list of ``{"type": "text", "text"}`` and
+    ``{"type": "image", "data", "mimeType"}`` blocks; ``details`` is any JSON.
+    ``is_error`` is False only for a normal return; then ``error`` is None.
+    """
+
+    content: list[dict[str, Any]]
+    details: Any = None
+    is_error: bool = False
+    error: ErrorInfo | None = None
+
+    @property
+    def text(self) -> str:
+        """All text blocks joined by newlines."""
+        return "\n".join(b["text"] for b in self.content if b.get("type") == "text")
+
+    @property
+    def kind(self) -> str | None:
+        """The error kind, or None for a success."""
+        return self.error.kind if self.error is not None else None
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"content", "details", "is_error", "error"}`` with plain JSON values."""
+        out: dict[str, Any] = msgspec.to_builtins(self)
+        return out
+
+
+def error_result(kind: ErrorKind, message: str, **evidence: Any) -> ToolResult:
+    """A result with ``is_error=True`` whose text is ``message``."""
+    return ToolResult(
+        content=[{"type": "text", "text": message}],
+        details=None,
+        is_error=True,
+        error=ErrorInfo(kind=kind.value, message=message, **{k: v for k, v in evidence.items() if v is not None}),
+    )

@@ -1,0 +1,90 @@
+"""The cancellation signal a tool receives as ``execute(..., signal)``.
+
+Threads: the worker's reader thread marks the signal aborted when the host's
+``$/cancel`` notification arrives; the SIGTERM that follows interrupts the
+tool's own thread. Callbacks therefore run on whichever thread observes the
+abort first, exactly once, and must be quick and thread-safe (killing a child
+process is the typical use).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+
+class ToolCancelled(BaseException):
+    """Raised inside a synchronous tool when the host cancels its call.
+
+    It derives from :class:`BaseException`, like ``KeyboardInterrupt``, so that
+    a tool's ``except Exception:`` cannot swallow it by accident.
+    """
+
+
+class AbortSignal:
+    """Tells a tool that its call was cancelled or timed out.
+
+    Attributes:
+        aborted: true once the host asked the call to stop.
+        reason: ``"cancelled"``, ``"timeout"`` or a free-form reason, or None.
+    """
+
+    __slots__ = ("_event", "_lock", "_callbacks", "reason")
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[str], object]] = []
+        self.reason: str | None = None
+
+    @property
+    def aborted(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the call is aborted or ``timeout`` passes; return ``aborted``."""
+        return self._event.wait(timeout)
+
+    async def wait_async(self, poll_interval: float = 0.05) -> str:
+        """Await the abort from an async tool; returns the reason."""
+        import asyncio
+
+        # The host's cancellation also cancels the tool's task directly; this is
+        # for tools that want to race the signal against their own work.
+        while not self._event.is_set():
+            await asyncio.sleep(poll_interval)
+        return self.reason or "cancelled"
+
+    def add_callback(self, callback: Callable[[str], object]) -> None:
+        """Call ``callback(reason)`` once when the call is aborted (now, if it already is)."""
+        with self._lock:
+            if not self._event.is_set():
+                self._callbacks.append(callback)
+                return
+        callback(self.reason or "cancelled")
+
+    def throw_if_aborted(self) -> None:
+        """Raise :class:`ToolCancelled` if the call has been aborted."""
+        if self._event.is_set():
+            raise ToolCancelled(self.reason or "cancelled")
+
+    def _abort(self, reason: str) -> bool:
+        """Mark aborted; return True for the first caller only. Worker-internal."""
+        with self._lock:
+            if self._event.is_set():
+                return False
+            self.reason = reason
+            self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for cb in callbacks:
+            try:
+                cb(reason)
+            except Exception:  # a cleanup callback must not break cancellation
+                import traceback
+
+                traceback.print_exc()
+        return True
+
+    def __repr__(self) -> str:
+        state = f"aborted reason={self.reason!r}" if self.aborted else "pending"
+        return f"<AbortSignal {state}>"
