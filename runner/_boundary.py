@@ -116,7 +116,15 @@ def kill_and_remove(path: Path, timeout: float = 5.0) -> bool:
         time.sleep(delay)
         delay = min(delay * 2, 0.02)
     ok = True
-    for child in sorted((c for c in path.iterdir() if c.is_dir()), reverse=True) if path.exists() else []:
+    # Two callers may race to remove the same cgroup (an explicit kill and the
+    # exit watcher); a directory vanishing under us is success, not an error.
+    try:
+        children = sorted((c for c in path.iterdir() if c.is_dir()), reverse=True)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        children = []
+    for child in children:
         ok = kill_and_remove(child, max(0.0, deadline - time.monotonic())) and ok
     try:
         path.rmdir()

@@ -192,6 +192,11 @@ class Worker:
         if call is None:
             # Idle: the host is stopping this worker.
             self.flush_and_exit(0)
+        if not call.signal.aborted:
+            # The host writes $/cancel (with the reason) before it sends
+            # SIGTERM, but the reader thread may not have read it yet. It is
+            # already in the pipe, so a short bounded wait is enough.
+            call.signal.wait(0.1)
         call.signal._abort(call.signal.reason or "terminated")
         if call.task is not None:
             self._loop.call_soon_threadsafe(call.task.cancel, call.signal.reason)

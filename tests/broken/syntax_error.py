@@ -1,0 +1,2 @@
+def factory(api):
+    return [
