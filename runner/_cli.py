@@ -87,7 +87,7 @@ def _json_error(label: str, text: str, exc: json.JSONDecodeError) -> NoReturn:
     _fail(
         f"{label} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}\n"
         f"  {line}\n  {caret}\n"
-        "Pass one JSON object, with double-quoted keys and strings, e.g. --args '{\"glob\": \"*.py\"}'."
+        'Pass one JSON object, with double-quoted keys and strings, e.g. --args \'{"glob": "*.py"}\'.'
     )
 
 
@@ -117,7 +117,7 @@ def parse_arguments(args: str | None, args_file: str | None) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         _json_error(label, text, exc)
     if not isinstance(value, dict):
-        _fail(f"{label} must be a JSON object like '{{\"key\": \"value\"}}', got a JSON {type(value).__name__}")
+        _fail(f'{label} must be a JSON object like \'{{"key": "value"}}\', got a JSON {type(value).__name__}')
     return value
 
 
@@ -187,7 +187,9 @@ def run_command(
     ] = None,
     timeout: Annotated[
         float | None,
-        typer.Option("--timeout", help=f"Seconds before the call is stopped [default: the tool's, else {DEFAULT_TIMEOUT:g}]."),
+        typer.Option(
+            "--timeout", help=f"Seconds before the call is stopped [default: the tool's, else {DEFAULT_TIMEOUT:g}]."
+        ),
     ] = None,
     grace: Annotated[
         float, typer.Option("--grace", help="Seconds between SIGTERM and the kill when stopping a call.")
@@ -215,7 +217,10 @@ def run_command(
 
     async def main() -> ToolResult:
         call_id = "cli-call"
-        async with open_runner(tools or (), grace=grace, load_timeout=load_timeout) as runner, trio.open_nursery() as nursery:
+        async with (
+            open_runner(tools or (), grace=grace, load_timeout=load_timeout) as runner,
+            trio.open_nursery() as nursery,
+        ):
             nursery.start_soon(_watch_signals, runner, call_id)
             result = await runner.call_tool(tool, arguments, on_update=on_update, timeout=timeout, tool_call_id=call_id)
             nursery.cancel_scope.cancel()
@@ -250,14 +255,19 @@ def _load(tools: list[str] | None, load_timeout: float) -> tuple[list[dict[str, 
 
 
 @app.command("list")
-def list_command(tools: ToolsOpt = None, as_json: JsonOpt = False, load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT) -> None:
+def list_command(
+    tools: ToolsOpt = None, as_json: JsonOpt = False, load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT
+) -> None:
     """Show every tool found (name, label, source, path) and every module that failed to load, with why."""
     found, errors = _load(tools, load_timeout)
     if as_json:
         typer.echo(json.dumps({"tools": found, "errors": errors}, indent=2, ensure_ascii=False))
         return
     cwd = os.getcwd()
-    rel = lambda path: os.path.relpath(path, cwd) if path.startswith(cwd + os.sep) else path  # noqa: E731
+
+    def rel(path: str) -> str:
+        return os.path.relpath(path, cwd) if path.startswith(cwd + os.sep) else path
+
     if found:
         typer.echo("Tools:")
         width = max(len(t["name"]) for t in found)

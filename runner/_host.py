@@ -46,7 +46,17 @@ DEFAULT_LOAD_TIMEOUT: Final = 10.0
 
 UpdateCallback = Callable[[dict[str, Any]], object]
 
-_KIND_BY_NAME: Final = {k.value: k for k in ErrorKind}
+# What a worker may report, by JSON-RPC error code. The code decides the kind,
+# never the worker's free-form error.data: a worker cannot claim that its call
+# "timed out" or "crashed"; those kinds are the host's own observations.
+_KIND_BY_CODE: Final = {
+    p.ErrorCode.TOOL_ERROR: ErrorKind.TOOL_ERROR,
+    p.ErrorCode.INVALID_ARGUMENTS: ErrorKind.INVALID_ARGUMENTS,
+    p.ErrorCode.NOT_FOUND: ErrorKind.NOT_FOUND,
+    p.ErrorCode.LOAD_ERROR: ErrorKind.LOAD_ERROR,
+    p.ErrorCode.CANCELLED: ErrorKind.CANCELLED,
+    p.ErrorCode.LIMIT_EXCEEDED: ErrorKind.LIMIT_EXCEEDED,
+}
 _call_ids = itertools.count(1)
 
 
@@ -130,6 +140,7 @@ class Runner:
         self._workers: set[WorkerProcess] = set()
         self._starting = 0
         self._calls: dict[str, _Call] = {}
+        self._calls_changed = trio.Event()
         self._validators: dict[str, ArgumentValidator] = {}
         self._closed = False
 
@@ -175,7 +186,9 @@ class Runner:
     def _register(self, info: ToolInfo) -> None:
         if info.name in self._builtins:
             self._errors.append(
-                LoadError(info.module, f"tool name {info.name!r} conflicts with a built-in tool; rename it", info.source)
+                LoadError(
+                    info.module, f"tool name {info.name!r} conflicts with a built-in tool; rename it", info.source
+                )
             )
         elif (first := self._tools.get(info.name)) is not None:
             self._errors.append(
@@ -200,7 +213,7 @@ class Runner:
         if path.endswith((".md", ".json")):
             message = f"{candidate.path}: .md and .json files are tool metadata and cannot be loaded as modules"
             return [], [LoadError(candidate.path, message, candidate.source)]
-        if not os.path.exists(path):
+        if not os.path.exists(path):  # noqa: ASYNC240 - one stat, cheaper than a thread hop
             message = f"{candidate.path}: no such file or folder; check the path given to --tools"
             return [], [LoadError(candidate.path, message, candidate.source)]
         try:
@@ -389,6 +402,8 @@ class Runner:
             return await self._run_call(info, call, raw_args, dict(ctx or {}), on_update, timeout)
         finally:
             del self._calls[call_id]
+            self._calls_changed.set()
+            self._calls_changed = trio.Event()
 
     def _not_found(self, name: str) -> ToolResult:
         names = [t.name for t in self._tools.values() if not t.hidden]
@@ -450,7 +465,9 @@ class Runner:
                     message = f"{info.name!r} timed out after {timeout:g} s"
                 else:
                     message = f"{info.name!r} was cancelled ({reason})"
-                how = "stopped within the grace period" if rung == "cooperative" else "was killed after the grace period"
+                how = (
+                    "stopped within the grace period" if rung == "cooperative" else "was killed after the grace period"
+                )
                 return error_result(
                     kind,
                     f"{message}; the tool {how}",
@@ -482,8 +499,8 @@ class Runner:
 
     async def _ladder(self, worker: WorkerProcess, call_id: str, reason: str, pending: _Pending | None) -> str:
         """Stop a call: $/cancel + SIGTERM, grace, then kill the tree. Returns the rung."""
+        rung = "killed"
         with trio.CancelScope(shield=True):
-            rung = "killed"
             with trio.move_on_after(self.grace):
                 await worker.notify(p.N_CANCEL, p.CancelParams(call_id=call_id, reason=reason))
                 worker.terminate()
@@ -493,20 +510,23 @@ class Runner:
                     await worker.wait_exited()
                 rung = "cooperative"
             await worker.kill()
-            return rung
+        return rung
 
     def _interpret(self, info: ToolInfo, worker: WorkerProcess, pending: _Pending) -> ToolResult:
         try:
             raw = pending.outcome()
         except RemoteError as exc:
             data = exc.data
-            kind = _KIND_BY_NAME.get(str(data.get("kind")), ErrorKind.PROTOCOL_ERROR)
+            kind = _KIND_BY_CODE.get(exc.error.code, ErrorKind.PROTOCOL_ERROR)  # type: ignore[call-overload]
+            message = exc.error.message
+            if kind is ErrorKind.PROTOCOL_ERROR:
+                message = f"the worker answered with an unexpected error ({exc.error.code}): {message}"
             return error_result(
                 kind,
-                exc.error.message,
-                traceback=data.get("traceback"),
-                path=data.get("path"),
-                limit=data.get("limit"),
+                message,
+                traceback=_str_or_none(data.get("traceback")),
+                path=_str_or_none(data.get("path")),
+                limit=_str_or_none(data.get("limit")),
                 module=info.module,
             )
         except WorkerDied as exc:
@@ -526,7 +546,9 @@ class Runner:
         try:
             result = msgspec.json.decode(raw, type=p.CallResult)
         except msgspec.DecodeError as exc:
-            return error_result(ErrorKind.PROTOCOL_ERROR, f"the worker sent a malformed result: {exc}", module=info.module)
+            return error_result(
+                ErrorKind.PROTOCOL_ERROR, f"the worker sent a malformed result: {exc}", module=info.module
+            )
         return ToolResult(content=result.content, details=result.details)
 
     # --- lifecycle ---------------------------------------------------------------
@@ -549,7 +571,13 @@ class Runner:
         """
         self._closed = True
         with trio.CancelScope(shield=True):
+            # Running calls (in their callers' tasks) stop through their own
+            # ladder; give them that long before killing what is left, so that
+            # a worker never gets `shutdown` before its call's `$/cancel`.
             self.cancel_all("runner closing")
+            with trio.move_on_after(self.grace + 1.0):
+                while self._calls:
+                    await self._calls_changed.wait()
             async with trio.open_nursery() as nursery:
                 for worker in list(self._workers):
                     nursery.start_soon(self._shutdown_worker, worker)
@@ -557,8 +585,15 @@ class Runner:
                 await trio.to_thread.run_sync(self._cgroup_root.remove)
 
     async def _shutdown_worker(self, worker: WorkerProcess) -> None:
-        await worker.shutdown(self.grace)
+        if worker.state is WorkerState.BUSY:
+            await worker.kill()
+        else:
+            await worker.shutdown(self.grace)
         self._workers.discard(worker)
+
+
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _tail(worker: WorkerProcess | None) -> str | None:
@@ -604,12 +639,12 @@ async def open_runner(
     if not 1024 <= max_frame_bytes <= 2**32 - 1:
         raise ConfigError(f"max_frame_bytes must be between 1 KiB and 4 GiB, got {max_frame_bytes}")
     work_dir = os.fspath(cwd) if cwd is not None else os.getcwd()
-    if not Path(work_dir).is_dir():
+    if not Path(work_dir).is_dir():  # noqa: ASYNC240 - once per runner
         raise ConfigError(f"cwd {work_dir!r} is not a directory")
     async with trio.open_nursery() as nursery:
         runner = Runner(
             nursery,
-            cwd=os.path.abspath(work_dir),
+            cwd=os.path.abspath(work_dir),  # noqa: ASYNC240
             env=os.environ if env is None else env,
             default_timeout=default_timeout,
             grace=grace,

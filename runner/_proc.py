@@ -48,6 +48,11 @@ _READ_CHUNK: Final = 1 << 20
 _ids = itertools.count(1)
 
 
+def _describe(msg: object) -> str:
+    method = getattr(msg, "method", None)
+    return f"{method!r} message" if method else "response"
+
+
 class WorkerState(enum.Enum):
     STARTING = "starting"
     IDLE = "idle"
@@ -183,7 +188,8 @@ class WorkerProcess:
             _bigger_pipe(to_w)
             _bigger_pipe(from_w)
             argv = [sys.executable, "-I", "-m", "worker", "--fd-in", str(to_r), "--fd-out", str(from_w)]
-            self._proc = subprocess.Popen(
+            # Blocking on purpose, on the trio thread: see Rule 1 above.
+            self._proc = subprocess.Popen(  # noqa: ASYNC220
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=out_w,
@@ -309,11 +315,18 @@ class WorkerProcess:
                     data = b""
                 decoder.receive_data(data)
                 while (msg := decoder.next_message()) is not p.NEED_DATA:
-                    self._dispatch(msg)  # type: ignore[arg-type]
+                    try:
+                        self._dispatch(msg)  # type: ignore[arg-type]
+                    except msgspec.DecodeError as exc:
+                        # Well-framed JSON-RPC with the wrong params is still not
+                        # the protocol; it must never escape into the host.
+                        raise p.RemoteProtocolError(f"malformed {_describe(msg)}: {exc}") from None
                 if not data:
                     return
         except p.RemoteProtocolError as exc:
-            self.protocol_error = RemoteProtocolError(f"worker for {os.path.basename(self.module)} broke the protocol: {exc}")
+            self.protocol_error = RemoteProtocolError(
+                f"worker for {os.path.basename(self.module)} broke the protocol: {exc}"
+            )
             self._fail_pending(self.protocol_error)
             # Nothing it says can be trusted any more: end it and its tree.
             self.killed_by_host = True
@@ -415,7 +428,9 @@ class WorkerProcess:
 
     async def notify(self, method: str, params: Any) -> None:
         """Send a notification; silently dropped if the worker is gone."""
-        frame = p.encode_message(p.Notification(method=method, params=p.encode_value(params)))
+        frame = p.encode_message(
+            p.Notification(method=method, params=p.encode_value(params)), max_frame_bytes=self.max_frame_bytes
+        )
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
             await self._send_frame(frame)
 
@@ -450,6 +465,6 @@ class WorkerProcess:
         if self.alive:
             with trio.move_on_after(grace):
                 with contextlib.suppress(RemoteError, WorkerDied, RemoteProtocolError):
-                    await self.request(p.M_SHUTDOWN, None)
+                    await self.request(p.M_SHUTDOWN, {})
                 await self._exited.wait()
         await self.kill()

@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 
 
-class ErrorKind(str, enum.Enum):
+class ErrorKind(enum.StrEnum):
     """Why a call ended with ``is_error=True`` (SPEC §4)."""
 
     TOOL_ERROR = "tool_error"

@@ -94,10 +94,16 @@ def git_repo(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
     (repo / ".xcsh" / "tools").mkdir(parents=True)
     (repo / ".xcsh" / "tools" / "repo_stats.py").write_text((ROOT / "examples" / "repo_stats.py").read_text())
-    for name in ("a.py", "b.py", "notes.txt"):
+    (repo / "pkg").mkdir()
+    for name in ("a.py", "b.py", "notes.txt", "pkg/c.py"):
         (repo / name).write_text("x = 1\n")
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True, env=env)
-    subprocess.run(["git", "add", "a.py", "b.py", "notes.txt"], cwd=repo, check=True, env=env)
+    subprocess.run(["git", "add", "a.py", "b.py", "notes.txt", "pkg/c.py"], cwd=repo, check=True, env=env)
     return repo

@@ -23,9 +23,7 @@ async def test_struct_tool_returns_result() -> None:
 async def test_json_schema_tool_gets_a_dict_and_ctx() -> None:
     with trio.fail_after(20):
         async with make_runner(TOOLS / "basic.py") as runner:
-            result = await runner.call_tool(
-                "echo", {"text": "ab", "times": 2}, tool_call_id="c-1", ctx={"model": "m1"}
-            )
+            result = await runner.call_tool("echo", {"text": "ab", "times": 2}, tool_call_id="c-1", ctx={"model": "m1"})
     assert result.text == "abab"
     assert result.details == {"call_id": "c-1", "ctx": {"model": "m1"}}
 
@@ -48,7 +46,9 @@ async def test_async_tool() -> None:
         ("echo", {}, "$", "'text' is a required property"),
     ],
 )
-async def test_invalid_arguments_never_reach_the_tool(tool: str, args: dict[str, object], path: str, fragment: str) -> None:
+async def test_invalid_arguments_never_reach_the_tool(
+    tool: str, args: dict[str, object], path: str, fragment: str
+) -> None:
     with trio.fail_after(20):
         async with make_runner(TOOLS / "basic.py") as runner:
             result = await runner.call_tool(tool, args)

@@ -50,7 +50,9 @@ async def _call(tool: str, args: dict[str, Any] | None = None, **options: Any) -
         ("sigkill_self", {}, None, "SIGKILL"),
     ],
 )
-async def test_worker_death_is_crashed(tool: str, args: dict[str, Any], exit_code: int | None, signal: str | None) -> None:
+async def test_worker_death_is_crashed(
+    tool: str, args: dict[str, Any], exit_code: int | None, signal: str | None
+) -> None:
     result, elapsed = await _call(tool, args)
     assert result.kind == "crashed", result
     assert result.error.exit_code == exit_code
@@ -97,6 +99,21 @@ async def test_garbage_on_every_fd_is_a_protocol_error() -> None:
     assert "broke the protocol" in result.text
 
 
+@pytest.mark.parametrize(
+    ("mode", "fragment"),
+    [
+        ("bad_update", "malformed 'update' message"),
+        ("unknown_id", "request id the host never sent: 999999"),
+        ("huge_length", "over the 67108864-byte limit"),
+    ],
+)
+async def test_forged_frames_are_a_protocol_error_and_the_host_survives(mode: str, fragment: str) -> None:
+    result, elapsed = await _call("forge_frames", {"mode": mode})
+    assert result.kind == "protocol_error", result
+    assert fragment in result.text
+    assert elapsed < 1.0  # ended at once, not at the timeout
+
+
 async def test_double_fork_daemon_dies_with_the_call() -> None:
     with trio.fail_after(30):
         async with make_runner(TOOLS / "hostile.py", grace=GRACE) as runner:
@@ -116,7 +133,9 @@ async def test_dozens_of_setsid_children_leave_no_survivor() -> None:
         async with make_runner(TOOLS / "hostile.py", grace=GRACE) as runner:
             pids: list[int] = []
             result = await runner.call_tool(
-                "many_setsid", {"count": 40, "hang": True}, timeout=TIMEOUT,
+                "many_setsid",
+                {"count": 40, "hang": True},
+                timeout=TIMEOUT,
                 on_update=lambda partial: pids.extend(partial["details"]["pids"]),
             )
             assert result.kind == "timeout"
@@ -134,7 +153,9 @@ async def test_cancel_by_id_is_a_cancelled_result_and_the_tool_cleans_up(tmp_pat
                 async def call() -> None:
                     results.append(
                         await runner.call_tool(
-                            "sleeper", {"marker": str(marker)}, tool_call_id="c9",
+                            "sleeper",
+                            {"marker": str(marker)},
+                            tool_call_id="c9",
                             on_update=lambda _: runner.cancel("c9", "user pressed stop"),
                         )
                     )
@@ -152,7 +173,9 @@ async def test_cancel_of_async_tool_cancels_its_task(tmp_path: Path) -> None:
     with trio.fail_after(30):
         async with make_runner(TOOLS / "hostile.py", grace=GRACE) as runner:
             result = await runner.call_tool(
-                "async_sleeper", {"marker": str(marker)}, tool_call_id="a1",
+                "async_sleeper",
+                {"marker": str(marker)},
+                tool_call_id="a1",
                 on_update=lambda _: runner.cancel("a1", "stop"),
             )
     assert result.kind == "cancelled" and result.error.rung == "cooperative"
@@ -179,9 +202,7 @@ async def test_host_sigkill_takes_the_worker_tree_down(tmp_path: Path) -> None:
         "trio.run(main)\n"
     )
     with trio.fail_after(30):
-        proc = await trio.lowlevel.open_process(
-            [sys.executable, str(script)], stdout=subprocess.PIPE
-        )
+        proc = await trio.lowlevel.open_process([sys.executable, str(script)], stdout=subprocess.PIPE)
         assert proc.stdout is not None
         line = b""
         while not line.endswith(b"\n"):
@@ -195,7 +216,7 @@ async def test_host_sigkill_takes_the_worker_tree_down(tmp_path: Path) -> None:
         await proc.wait()
         await proc.stdout.aclose()
         # Wait (bounded) for the kernel to deliver the lifeline's kill.
-        gone, alive = await trio.to_thread.run_sync(
+        _, alive = await trio.to_thread.run_sync(
             lambda: psutil.wait_procs([p for p in map(_proc_or_none, pids + workers) if p], timeout=10)
         )
         assert alive == []
@@ -206,3 +227,22 @@ def _proc_or_none(pid: int) -> psutil.Process | None:
         return psutil.Process(pid)
     except psutil.NoSuchProcess:
         return None
+
+
+async def test_closing_the_runner_stops_calls_running_in_other_tasks() -> None:
+    results = []
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            async with make_runner(TOOLS / "hostile.py", grace=GRACE) as runner:
+                started = trio.Event()
+
+                async def call() -> None:
+                    results.append(await runner.call_tool("ignore_sigterm", on_update=lambda _: started.set()))
+
+                nursery.start_soon(call)
+                await started.wait()
+            # The runner is closed: its workers are gone even though the call's task lives on.
+            assert runner.statistics().busy_workers == 0
+    (result,) = results
+    assert result.kind == "cancelled"
+    assert "runner closing" in result.text

@@ -151,7 +151,11 @@ class Worker:
                 if isinstance(msg, p.Request):
                     self.requests.put(msg)
                 elif isinstance(msg, p.Notification) and msg.method == p.N_CANCEL:
-                    cancel = msgspec.json.decode(msg.params, type=p.CancelParams)
+                    try:
+                        cancel = msgspec.json.decode(msg.params, type=p.CancelParams)
+                    except msgspec.DecodeError as exc:
+                        sys.stderr.write(f"xcsh-run worker: ignoring a malformed $/cancel: {exc}\n")
+                        continue
                     self.cancel(cancel.call_id, cancel.reason)
                 # Anything else is ignored: responses to worker requests do not exist yet.
         except (p.RemoteProtocolError, msgspec.DecodeError) as exc:
@@ -210,19 +214,24 @@ class Worker:
             req = self.requests.get()
             if req is None:  # pragma: no cover - reader exits the process instead
                 self.flush_and_exit(0)
-            if req.method == p.M_CALL:
-                reply = self.handle_call(req)
-            elif req.method == p.M_LOAD:
-                reply = self.handle_load(req)
-            elif req.method == p.M_SHUTDOWN:
-                self.channel.send(p.Response(id=req.id, result=p.encode_value(None)))
-                self.flush_and_exit(0)
-            else:
-                reply = p.ErrorResponse(
-                    id=req.id,
-                    error=p.ErrorObject(code=int(p.ErrorCode.METHOD_NOT_FOUND), message=f"unknown method {req.method!r}"),
-                )
+            try:
+                if req.method == p.M_CALL:
+                    reply = self.handle_call(req)
+                elif req.method == p.M_LOAD:
+                    reply = self.handle_load(req)
+                else:
+                    reply = self.handle_other(req)
+            except msgspec.DecodeError as exc:
+                error = p.ErrorObject(code=int(p.ErrorCode.INVALID_PARAMS), message=f"bad {req.method} params: {exc}")
+                reply = p.ErrorResponse(id=req.id, error=error)
             self.send_reply(req.id, reply)
+
+    def handle_other(self, req: p.Request) -> p.Message:
+        if req.method == p.M_SHUTDOWN:
+            self.channel.send(p.Response(id=req.id, result=p.encode_value(None)))
+            self.flush_and_exit(0)
+        error = p.ErrorObject(code=int(p.ErrorCode.METHOD_NOT_FOUND), message=f"unknown method {req.method!r}")
+        return p.ErrorResponse(id=req.id, error=error)
 
     def send_reply(self, req_id: p.JsonRpcId, reply: p.Message) -> None:
         try:
@@ -306,7 +315,11 @@ class Worker:
             if hasattr(value, "__await__"):
                 value = self.run_awaitable(value, None)
         except BaseException as exc:
-            what = f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else f"raised {type(exc).__name__}: {exc}"
+            what = (
+                f"called sys.exit({exc.code!r})"
+                if isinstance(exc, SystemExit)
+                else f"raised {type(exc).__name__}: {exc}"
+            )
             return _error(
                 req.id, p.ErrorCode.LOAD_ERROR, f"{path}: factory(api) {what}", traceback=traceback.format_exc()
             )
@@ -321,7 +334,9 @@ class Worker:
                 continue
             name = loaded.description.name
             if name in self.tools:
-                errors.append(p.EntryError(index=index, message=f"tool name {name!r} is already defined by an earlier entry"))
+                errors.append(
+                    p.EntryError(index=index, message=f"tool name {name!r} is already defined by an earlier entry")
+                )
                 continue
             self.tools[name] = loaded
             tools.append(loaded.description)
@@ -347,6 +362,8 @@ class Worker:
             return _error(req.id, p.ErrorCode.INVALID_ARGUMENTS, f"arguments are not JSON: {exc}", path="$")
         call = _Call(params.call_id)
         early = self._cancel_reasons.pop(params.call_id, None)
+        # Cancels for calls that never came here are stale by now.
+        self._cancel_reasons.clear()
         if early is not None:
             call.signal._abort(early)
         tool = loaded.tool
@@ -451,9 +468,11 @@ def main(argv: list[str] | None = None) -> NoReturn:
         os._exit(EXIT_PROTOCOL)
     channel.max_frame_bytes = init.max_frame_bytes
     channel.decoder.max_frame_bytes = init.max_frame_bytes
+    worker = Worker(channel, init)
+    # Before answering: from the answer on, the host may stop us with SIGTERM,
+    # and the default action would look like a crash.
+    signal.signal(signal.SIGTERM, worker.on_sigterm)
     result = p.InitializeResult(protocol_version=p.PROTOCOL_VERSION, pid=os.getpid(), python=sys.version.split()[0])
     channel.send(p.Response(id=first.id, result=p.encode_value(result)))
-    worker = Worker(channel, init)
-    signal.signal(signal.SIGTERM, worker.on_sigterm)
     threading.Thread(target=worker.reader, name="xcsh-reader", daemon=True).start()
     worker.serve()

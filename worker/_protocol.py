@@ -133,7 +133,7 @@ class _Envelope(msgspec.Struct, forbid_unknown_fields=True):
     # classification happens below with precise error messages. UNSET keeps
     # "absent" apart from an explicit null, which JSON-RPC gives meaning to.
     jsonrpc: str | msgspec.UnsetType = msgspec.UNSET
-    id: int | str | None | msgspec.UnsetType = msgspec.UNSET
+    id: int | str | msgspec.UnsetType | None = msgspec.UNSET
     method: str | msgspec.UnsetType = msgspec.UNSET
     params: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
     result: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
@@ -310,7 +310,6 @@ class FrameDecoder:
                 self._buf.clear()
                 self._pos = 0
         return decode_message(body)
-        return message
 
 
 # --- method payloads -----------------------------------------------------------
@@ -329,7 +328,7 @@ class InitializeParams(msgspec.Struct, frozen=True, omit_defaults=True):
 class InitializeResult(msgspec.Struct, frozen=True):
     protocol_version: int
     pid: int
-    python: str
+    python: str = ""
 
 
 class LoadParams(msgspec.Struct, frozen=True):

@@ -45,15 +45,27 @@ class AbortSignal:
         """Block until the call is aborted or ``timeout`` passes; return ``aborted``."""
         return self._event.wait(timeout)
 
-    async def wait_async(self, poll_interval: float = 0.05) -> str:
-        """Await the abort from an async tool; returns the reason."""
+    async def wait_async(self) -> str:
+        """Await the abort from an async tool; returns the reason.
+
+        The host's cancellation also cancels the tool's task directly; this is
+        for tools that want to race the signal against their own work.
+        """
         import asyncio
 
-        # The host's cancellation also cancels the tool's task directly; this is
-        # for tools that want to race the signal against their own work.
-        while not self._event.is_set():
-            await asyncio.sleep(poll_interval)
-        return self.reason or "cancelled"
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[str] = loop.create_future()
+
+        def settle(reason: str) -> None:
+            if not done.done():
+                done.set_result(reason)
+
+        def wake(reason: str) -> None:
+            # Callbacks may run on the reader thread: hop onto the loop.
+            loop.call_soon_threadsafe(settle, reason)
+
+        self.add_callback(wake)
+        return await done
 
     def add_callback(self, callback: Callable[[str], object]) -> None:
         """Call ``callback(reason)`` once when the call is aborted (now, if it already is)."""

@@ -116,7 +116,9 @@ def describe_tool(entry: object) -> LoadedTool:
         except (TypeError, msgspec.MsgspecError) as exc:
             raise ValueError(f"tool {tool.name!r}: parameters is not a JSON-serialisable schema: {exc}") from None
         if schema.get("type", "object") != "object":
-            raise ValueError(f"tool {tool.name!r}: the parameters schema must describe an object, got type {schema['type']!r}")
+            raise ValueError(
+                f"tool {tool.name!r}: the parameters schema must describe an object, got type {schema['type']!r}"
+            )
         kind = "json_schema"
     else:
         raise ValueError(

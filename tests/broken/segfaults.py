@@ -1,2 +1,3 @@
 import ctypes
+
 ctypes.string_at(0)

@@ -6,5 +6,9 @@ DATA = sys.stdin.read()
 
 
 def factory(api):
-    return CustomTool(name="stdin_at_import", description="read stdin at import",
-                      parameters={"type": "object"}, execute=lambda *a: repr(DATA))
+    return CustomTool(
+        name="stdin_at_import",
+        description="read stdin at import",
+        parameters={"type": "object"},
+        execute=lambda *a: repr(DATA),
+    )

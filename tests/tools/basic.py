@@ -6,7 +6,7 @@ import sys
 
 import msgspec
 
-from worker.pi import CustomTool, ToolResult, TextContent
+from worker.pi import CustomTool, TextContent, ToolResult
 
 
 class AddParams(msgspec.Struct, forbid_unknown_fields=True):
@@ -32,8 +32,10 @@ ECHO_SCHEMA = {
 
 def factory(api):
     def echo(tool_call_id, params, on_update, ctx, signal):
-        return {"content": [{"type": "text", "text": params["text"] * params.get("times", 1)}],
-                "details": {"call_id": tool_call_id, "ctx": ctx.state}}
+        return {
+            "content": [{"type": "text", "text": params["text"] * params.get("times", 1)}],
+            "details": {"call_id": tool_call_id, "ctx": ctx.state},
+        }
 
     def add(tool_call_id, params: AddParams, on_update, ctx, signal):
         return ToolResult(content=[TextContent(text=str(params.a + params.b))], details={"sum": params.a + params.b})
@@ -89,6 +91,7 @@ def factory(api):
         CustomTool(name="raises", description="Raises", parameters=obj, execute=raises),
         CustomTool(name="sys_exit", description="Calls sys.exit", parameters=obj, execute=sys_exit),
         CustomTool(name="bad_result", description="Returns a bad block", parameters=obj, execute=bad_result),
-        CustomTool(name="environment", description="Reports the worker's surroundings", parameters=obj,
-                   execute=environment),
+        CustomTool(
+            name="environment", description="Reports the worker's surroundings", parameters=obj, execute=environment
+        ),
     ]

@@ -124,11 +124,39 @@ def factory(api):
         while True:
             time.sleep(1)
 
+    def forge_frames(tcid, params, on_update, ctx, signal_):
+        """Writes well-framed JSON-RPC that breaks the protocol's rules to the real protocol fd."""
+        fd_out = int(sys.argv[sys.argv.index("--fd-out") + 1])
+        bodies = {
+            "bad_update": b'{"jsonrpc":"2.0","method":"update","params":{"call_id":7}}',
+            "unknown_id": b'{"jsonrpc":"2.0","id":999999,"result":{}}',
+            "huge_length": b"",
+        }
+        body = bodies[params["mode"]]
+        frame = (b"\xff\xff\xff\xff" if params["mode"] == "huge_length" else struct.pack(">I", len(body))) + body
+        os.write(fd_out, frame)
+        time.sleep(3600)
+
     def raise_base(tcid, params, on_update, ctx, signal_):
         raise KeyboardInterrupt("not really")
 
     return [
         CustomTool(name=fn.__name__, description=fn.__name__, parameters=OBJ, execute=fn)
-        for fn in (os_exit, segfault, sigkill_self, busy_loop, ignore_sigterm, long_c_call, sleeper,
-                   async_sleeper, flood, garbage_fds, daemon, many_setsid, fork_then_hang, raise_base)
+        for fn in (
+            os_exit,
+            segfault,
+            sigkill_self,
+            busy_loop,
+            ignore_sigterm,
+            long_c_call,
+            sleeper,
+            async_sleeper,
+            flood,
+            garbage_fds,
+            daemon,
+            many_setsid,
+            fork_then_hang,
+            forge_frames,
+            raise_base,
+        )
     ]

@@ -1,0 +1,42 @@
+# Every target installs what it needs first: on a fresh machine `make run` and
+# `make test` are the only two commands required.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: setup run test check lint fuzz clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "xcsh-run needs Python 3.11+, found " + sys.version.split()[0]'
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+setup: $(STAMP)
+
+## The bundled example: count the Python files tracked in this repository.
+run: $(STAMP)
+	$(BIN)/xcsh-run repo_stats --args '{"glob":"*.py"}'
+
+## Lint, type-check, then every test (the fuzz suite's quick profile included).
+test: check
+	$(BIN)/python -m pytest
+
+check: $(STAMP)
+	$(BIN)/ruff format --check runner worker tests fuzz examples
+	$(BIN)/ruff check runner worker tests fuzz examples
+	$(BIN)/mypy
+
+lint: $(STAMP)
+	$(BIN)/ruff format runner worker tests fuzz examples
+	$(BIN)/ruff check --fix runner worker tests fuzz examples
+
+## The long fuzz campaign.
+fuzz: $(STAMP)
+	HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest fuzz -q
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info

@@ -1,0 +1,206 @@
+"""CLI tests: the real `xcsh-run` console script as a subprocess, with real workers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import TOOLS, XCSH_RUN
+
+
+def run(
+    *args: str, cwd: Path | None = None, input: str | None = None, timeout: float = 30
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [XCSH_RUN, *args],
+        cwd=cwd,
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=None if input is not None else subprocess.DEVNULL,
+    )
+
+
+def test_readme_example_works_exactly_as_written(git_repo: Path) -> None:
+    proc = run("repo_stats", "--args", '{"glob":"*.py"}', cwd=git_repo)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "Found 3 files\n"
+
+
+def test_json_output(git_repo: Path) -> None:
+    proc = run("repo_stats", "--args", '{"glob":"*.txt"}', "--json", cwd=git_repo)
+    assert proc.returncode == 0
+    out = json.loads(proc.stdout)
+    assert out == {
+        "content": [{"type": "text", "text": "Found 1 files"}],
+        "details": {"count": 1, "sample": ["notes.txt"]},
+        "is_error": False,
+        "error": None,
+    }
+
+
+def test_stream_prints_updates_then_result_as_ndjson(git_repo: Path) -> None:
+    proc = run("repo_stats", "--stream", cwd=git_repo)
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [line["type"] for line in lines] == ["update", "result"]
+    assert lines[0]["details"] == {"phase": "scan"}
+    assert lines[1]["details"] == {"count": 1, "sample": ["pkg/c.py"]}  # the default glob is **/*.py
+
+
+def test_args_file_and_stdin(git_repo: Path, tmp_path: Path) -> None:
+    args = tmp_path / "args.json"
+    args.write_text('{"glob": "*.txt"}')
+    assert run("repo_stats", "--args-file", str(args), cwd=git_repo).stdout == "Found 1 files\n"
+    assert run("repo_stats", "--args-file", "-", cwd=git_repo, input='{"glob": "*.py"}').stdout == "Found 3 files\n"
+    assert run("repo_stats", "--args", "-", cwd=git_repo, input='{"glob": "*.py"}').stdout == "Found 3 files\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--args", '{"glob" "*.py"}'], "Expecting ':' delimiter at line 1, column 9"),
+        (["--args", "[1]"], "must be a JSON object"),
+        (["--args", "{}", "--args-file", "x"], "not both"),
+        (["--args-file", "/nonexistent/args.json"], "cannot read --args-file"),
+        (["--timeout", "-1"], "--timeout must be a positive number"),
+        (["--no-such-flag"], "No such option"),
+    ],
+)
+def test_usage_errors_exit_2_and_say_where(git_repo: Path, args: list[str], fragment: str) -> None:
+    proc = run("repo_stats", *args, cwd=git_repo)
+    assert proc.returncode == 2
+    assert fragment in proc.stderr
+
+
+def test_malformed_json_points_at_the_column(git_repo: Path) -> None:
+    proc = run("repo_stats", "--args", '{"glob" "*.py"}', cwd=git_repo)
+    lines = proc.stderr.splitlines()
+    assert lines[1].strip() == '{"glob" "*.py"}'
+    assert lines[2].index("^") == lines[1].index('"*.py"')
+
+
+@pytest.mark.parametrize(
+    ("tool", "args", "code", "kind"),
+    [
+        ("add", '{"a": 1}', 0, None),
+        ("raises", "{}", 1, "tool_error"),
+        ("add", '{"a": "x"}', 2, "invalid_arguments"),
+        ("nope", "{}", 2, "not_found"),
+        ("os_exit", "{}", 1, "crashed"),
+        ("busy_loop", "{}", 124, "timeout"),
+    ],
+)
+def test_exit_codes(tool: str, args: str, code: int, kind: str | None) -> None:
+    proc = run(
+        tool,
+        "--args",
+        args,
+        "--json",
+        "--timeout",
+        "1",
+        "--grace",
+        "0.3",
+        "--tools",
+        str(TOOLS / "basic.py"),
+        "--tools",
+        str(TOOLS / "hostile.py"),
+    )
+    assert proc.returncode == code, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["is_error"] is (kind is not None)
+    assert (result["error"] or {}).get("kind") == kind
+
+
+def test_text_mode_reports_errors_on_stderr() -> None:
+    proc = run("segfault", "--tools", str(TOOLS / "hostile.py"))
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    assert "crashed: the worker running 'segfault' was killed by SIGSEGV" in proc.stderr
+    assert "worker stderr (last lines)" in proc.stderr
+
+
+@pytest.mark.parametrize("tool", ["busy_loop", "ignore_sigterm", "long_c_call", "fork_then_hang"])
+def test_cli_returns_within_timeout_plus_grace_plus_one_second(tool: str) -> None:
+    timeout, grace = 2.0, 0.5
+    start = time.monotonic()
+    proc = run(tool, "--timeout", str(timeout), "--grace", str(grace), "--tools", str(TOOLS / "hostile.py"))
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 124
+    # Process start-up (interpreter, imports, discovery) is on top of the call itself.
+    assert elapsed < timeout + grace + 1.0 + 1.5, elapsed
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("tool", ["sleeper", "ignore_sigterm", "many_setsid"])
+def test_signal_cancels_through_the_ladder(sig: signal.Signals, tool: str) -> None:
+    proc = subprocess.Popen(
+        [
+            XCSH_RUN,
+            tool,
+            "--args",
+            '{"hang": true, "count": 5}',
+            "--stream",
+            "--grace",
+            "0.5",
+            "--tools",
+            str(TOOLS / "hostile.py"),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        first = json.loads(proc.stdout.readline())  # the tool is running once it streamed
+        assert first["type"] == "update"
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=10)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 130, err
+    result = json.loads(out.splitlines()[-1])
+    assert result["error"]["kind"] == "cancelled"
+    assert signal.Signals(sig).name in result["error"]["message"]
+
+
+def test_list_shows_tools_and_failures(tmp_path: Path) -> None:
+    proc = run("list", "--tools", str(TOOLS / "basic.py"), "--tools", str(TOOLS.parent / "broken" / "exits.py"))
+    assert proc.returncode == 0
+    assert "add" in proc.stdout and "Failed to load" in proc.stdout and "sys.exit(7)" in proc.stdout
+    data = json.loads(run("list", "--json", "--tools", str(TOOLS / "basic.py")).stdout)
+    assert {"name", "label", "description", "parameters", "module", "source"} <= set(data["tools"][0])
+    assert data["errors"] == []
+
+
+def test_describe_prints_the_schema() -> None:
+    out = json.loads(run("describe", "add", "--tools", str(TOOLS / "basic.py")).stdout)
+    assert out["parameters"]["properties"]["a"] == {"type": "integer"}
+    assert out["parameters"]["required"] == ["a"]
+    missing = run("describe", "nope", "--tools", str(TOOLS / "basic.py"))
+    assert missing.returncode == 2 and "no tool named 'nope'" in missing.stderr
+
+
+def test_help_documents_exit_codes() -> None:
+    proc = run("--help")
+    assert proc.returncode == 0
+    assert "124 timeout" in proc.stdout and "130" in proc.stdout
+    run_help = run("run", "--help").stdout
+    for flag in ("--args", "--args-file", "--timeout", "--json", "--stream", "--tools"):
+        assert flag in run_help
+
+
+def test_no_cgroup_left_behind_by_the_cli(git_repo: Path) -> None:
+    proc = subprocess.Popen([XCSH_RUN, "repo_stats"], cwd=git_repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.communicate(timeout=30)
+    assert not list(Path("/sys/fs/cgroup/unified").glob(f"**/xcsh-run.{proc.pid}"))
+    assert proc.returncode == 0
+    assert os.path.exists(git_repo)

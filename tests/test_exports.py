@@ -1,0 +1,36 @@
+"""The public API surface is pinned: adding or removing a name is a deliberate change."""
+
+from __future__ import annotations
+
+import runner
+import worker.pi
+
+
+def test_runner_exports() -> None:
+    public = sorted(name for name in dir(runner) if not name.startswith("_"))
+    assert sorted(runner.__all__) == sorted(set(public) - {"annotations"})
+    assert runner.__all__ == sorted(runner.__all__)
+    for name in runner.__all__:
+        obj = getattr(runner, name)
+        assert getattr(obj, "__module__", "runner") == "runner", name
+
+
+def test_authoring_exports() -> None:
+    assert worker.pi.__all__ == [
+        "AbortSignal",
+        "CustomTool",
+        "ImageContent",
+        "TextContent",
+        "ToolCancelled",
+        "ToolResult",
+    ]
+
+
+def test_worker_package_imports_nothing_heavy() -> None:
+    import subprocess
+    import sys
+
+    heavy = "('trio', 'runner', 'typer', 'psutil', 'jsonschema')"
+    code = f"import sys, worker._loop, worker.pi; print(sorted(m for m in {heavy} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
