@@ -46,15 +46,20 @@ COMMANDS = ("run", "list", "describe")
 
 HELP = """Run LLM-agent custom tools in isolated, killable worker processes.
 
-  xcsh-run TOOL --args '{"key": "value"}'   run one tool (same as `xcsh-run run TOOL ...`)
-
-  xcsh-run list                             show the tools found and the modules that failed
+\b
+  xcsh-run TOOL --args '{"key": "value"}'   run one tool (same as: xcsh-run run TOOL ...)
+  xcsh-run list                             tools found, and modules that failed to load
+  xcsh-run describe TOOL                    a tool's JSON Schema and flags
 
 Tools are found in ./.xcsh/tools and in every --tools PATH.
 
-Exit codes of a run: 0 success; 1 the result is an error; 2 usage error
-(bad flags, malformed --args, invalid arguments, unknown tool); 124 timeout;
-130 cancelled (Ctrl-C or SIGTERM).
+\b
+Exit codes of a run:
+    0  success
+    1  the result is an error (tool_error, crashed, load_error, ...)
+    2  usage error: bad flags, malformed --args, invalid arguments, unknown tool
+  124  timeout
+  130  cancelled (Ctrl-C or SIGTERM; the worker's whole tree is stopped first)
 """
 
 app = typer.Typer(

@@ -272,6 +272,7 @@ class WorkerProcess:
                             os.kill(self.pid, signal.SIGKILL)
                     await trio.to_thread.run_sync(self._wait_blocking)
                 self.state = WorkerState.DEAD
+                self.boundary.close()
                 os.close(self._pidfd)
                 self._pidfd = -1
                 for stream in (*streams, self._send):

@@ -192,7 +192,7 @@ def test_describe_prints_the_schema() -> None:
 def test_help_documents_exit_codes() -> None:
     proc = run("--help")
     assert proc.returncode == 0
-    assert "124 timeout" in proc.stdout and "130" in proc.stdout
+    assert "124  timeout" in proc.stdout and "130  cancelled" in proc.stdout
     run_help = run("run", "--help").stdout
     for flag in ("--args", "--args-file", "--timeout", "--json", "--stream", "--tools"):
         assert flag in run_help
@@ -204,3 +204,38 @@ def test_no_cgroup_left_behind_by_the_cli(git_repo: Path) -> None:
     assert not list(Path("/sys/fs/cgroup/unified").glob(f"**/xcsh-run.{proc.pid}"))
     assert proc.returncode == 0
     assert os.path.exists(git_repo)
+
+
+def test_partial_results_show_live_on_a_terminal(git_repo: Path) -> None:
+    """On a tty, each partial result redraws one status line on stderr, cleared before the result."""
+    import pty
+
+    main, sub = pty.openpty()
+    try:
+        proc = subprocess.run(
+            [XCSH_RUN, "repo_stats"],
+            cwd=git_repo,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=sub,
+            timeout=30,
+        )
+        os.close(sub)
+        sub = -1
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(main, 4096)
+            except OSError:  # EIO: the terminal's other side is closed and drained
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        if sub >= 0:
+            os.close(sub)
+        os.close(main)
+    assert proc.returncode == 0
+    assert b"Scanning files..." in shown
+    assert shown.endswith(b"\r\x1b[K")  # the status line is cleared
+    assert proc.stdout == b"Found 1 files\n"
