@@ -26,8 +26,8 @@ test: check
 	$(BIN)/python -m pytest
 
 check: $(STAMP)
-	$(BIN)/ruff format --check runner worker tests fuzz examples
-	$(BIN)/ruff check runner worker tests fuzz examples
+	$(BIN)/ruff format --check runner worker tests fuzz examples bench
+	$(BIN)/ruff check runner worker tests fuzz examples bench
 	$(BIN)/mypy
 
 lint: $(STAMP)
