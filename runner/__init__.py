@@ -19,10 +19,13 @@ from ._errors import RunnerError as RunnerError
 from ._errors import WorkerDied as WorkerDied
 from ._errors import WorkerError as WorkerError
 from ._errors import WorkerStartupError as WorkerStartupError
+from ._host import CustomToolsLoadResult as CustomToolsLoadResult
 from ._host import LoadError as LoadError
 from ._host import Runner as Runner
 from ._host import RunnerStatistics as RunnerStatistics
 from ._host import ToolInfo as ToolInfo
+from ._host import discover_and_load_custom_tools as discover_and_load_custom_tools
+from ._host import load_custom_tools as load_custom_tools
 from ._host import open_runner as open_runner
 from ._results import ErrorInfo as ErrorInfo
 from ._results import ErrorKind as ErrorKind
@@ -34,6 +37,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Candidate",
     "ConfigError",
+    "CustomToolsLoadResult",
     "ErrorInfo",
     "ErrorKind",
     "LoadError",
@@ -49,7 +53,9 @@ __all__ = [
     "WorkerDied",
     "WorkerError",
     "WorkerStartupError",
+    "discover_and_load_custom_tools",
     "discover_custom_tool_paths",
+    "load_custom_tools",
     "open_runner",
     "run_tool_sync",
 ]

@@ -1,47 +1,95 @@
 """Finding tool modules on disk, without importing any of them.
 
-This module only lists candidate paths and where they came from. Importing a
-module and calling its factory always happen in a worker (see ``_host``).
+This module only lists candidate modules and where they came from. Importing
+a module and calling its factory always happen in a worker (see ``_host``).
 
-Sources, in precedence order:
+Sources, in precedence order (SPEC §3):
 
-1. ``<cwd>/.xcsh/tools`` (provider ``native``, level ``project``);
-2. explicitly configured paths: the CLI's ``--tools`` or the API's
-   ``tool_paths`` (provider ``config``), relative to ``cwd``, ``~`` expanded.
+1. native: ``<cwd>/.xcsh/tools``, then ``~/.xcsh/agent/tools``
+2. Claude: ``~/.claude/tools``, then ``<cwd>/.claude/tools``
+3. Claude marketplace plugins: ``<installPath>/tools`` of each enabled plugin,
+   from the project registry first, then ``~/.claude/plugins/installed_plugins.json``
+   with entries replaced per plugin id by ``~/.xcsh/plugins/installed_plugins.json``
+4. Codex: ``~/.codex/tools``, then ``<cwd>/.codex/tools``
+5. installed plugin packages: entry points in the group ``xcsh.tools``, in the
+   host's environment and in the plugin prefix ``~/.xcsh/plugins``
+6. configured paths (CLI ``--tools``, API ``tool_paths``), relative to ``cwd``
 
-Candidates are ``*.py`` files and package folders (with ``__init__.py``).
-Hidden entries and ``_private`` ones are skipped; ``.md`` and ``.json`` files
-are metadata and never candidates. A file reached twice (after resolving
-symlinks) is listed once, at its first place.
+Rules:
+
+- Candidates are ``*.py`` files and package folders. Hidden and ``_private``
+  entries are skipped. ``.md`` and ``.json`` files are metadata: they are never
+  candidates, so they can never hide a module of the same name.
+- Within sources 1-4, a module whose name (file stem) was already found by a
+  higher-precedence place is *shadowed*: not loaded, and reported as such.
+- One file reached twice (symlinks resolved) is listed once, at its first place.
 """
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Iterable, Sequence
+import sys
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any, Final
 
 import msgspec
 
+ENTRY_POINT_GROUP: Final = "xcsh.tools"
+
 
 class ToolSource(msgspec.Struct, frozen=True):
-    """Where a candidate module was found."""
+    """Where a candidate module was found.
+
+    Attributes:
+        provider: ``native``, ``claude``, ``claude-plugins``, ``codex``, ``plugin`` or ``config``.
+        provider_name: a human name (for a marketplace plugin, its id).
+        level: ``user`` or ``project``.
+    """
 
     provider: str
     provider_name: str
     level: str
 
 
-NATIVE_PROJECT = ToolSource("native", "xcsh", "project")
-CONFIG = ToolSource("config", "Config", "project")
-
-
 class Candidate(msgspec.Struct, frozen=True):
-    """A module to load: its path as found, its resolved path, and its source."""
+    """A module to load: its path as found, its resolved path, and its source.
+
+    For an entry-point plugin, ``module`` is the dotted module name to import,
+    ``sys_path`` the folder to import it from, and ``factory`` the attribute to call.
+    """
 
     path: str
     resolved: str
     source: ToolSource
+    module: str | None = None
+    sys_path: str | None = None
+    factory: str = "factory"
+
+    @property
+    def name(self) -> str:
+        """The module's name, as used for shadowing: the file or folder stem."""
+        base = os.path.basename(self.resolved.rstrip(os.sep))
+        if base == "__init__.py":
+            base = os.path.basename(os.path.dirname(self.resolved))
+        return base[:-3] if base.endswith(".py") else base
+
+
+class Shadowed(msgspec.Struct, frozen=True):
+    """A module not loaded because a higher-precedence place has one of the same name."""
+
+    path: str
+    source: ToolSource
+    shadowed_by: str
+
+
+class Discovery(msgspec.Struct, frozen=True):
+    """What discovery found: candidates in precedence order, shadowed modules, warnings."""
+
+    candidates: list[Candidate]
+    shadowed: list[Shadowed]
+    warnings: list[str]
 
 
 def _is_candidate(entry: Path) -> bool:
@@ -57,37 +105,221 @@ def modules_in(folder: Path) -> list[Path]:
     """Candidate modules directly inside ``folder``, sorted by name."""
     try:
         entries = sorted(folder.iterdir(), key=lambda e: e.name)
-    except (FileNotFoundError, NotADirectoryError):
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
         return []
     return [e for e in entries if _is_candidate(e)]
 
 
-def expand(path: str, cwd: str) -> Path:
+def expand(path: str, cwd: str, home: str | None = None) -> Path:
     """Resolve a configured path: ``~`` expanded, relative to ``cwd``."""
+    if home is not None and (path == "~" or path.startswith("~/")):
+        path = home + path[1:]
     p = Path(os.path.expanduser(path))
     return p if p.is_absolute() else Path(cwd) / p
 
 
-def discover_custom_tool_paths(configured_paths: Sequence[str], cwd: str) -> list[Candidate]:
-    """List every candidate module in precedence order, each resolved file once."""
-    seen: set[str] = set()
-    out: list[Candidate] = []
+# --- Claude marketplace registries ------------------------------------------------
 
-    def add(paths: Iterable[Path], source: ToolSource) -> None:
+
+def _read_registry(path: Path, warnings: list[str]) -> dict[str, list[dict[str, Any]]]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        warnings.append(f"{path}: unreadable plugin registry ({exc}); its plugins are skipped")
+        return {}
+    plugins = data.get("plugins") if isinstance(data, dict) else None
+    if not isinstance(plugins, dict):
+        warnings.append(f'{path}: plugin registry has no "plugins" object; its plugins are skipped')
+        return {}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for plugin_id, entries in plugins.items():
+        if "@" not in plugin_id:
+            warnings.append(f"{path}: plugin id {plugin_id!r} is not <plugin>@<marketplace>; skipped")
+            continue
+        if isinstance(entries, dict):
+            entries = [entries]
+        if not isinstance(entries, list):
+            warnings.append(f"{path}: plugin {plugin_id!r} has no list of installs; skipped")
+            continue
+        out[plugin_id] = [e for e in entries if isinstance(e, dict)]
+    return out
+
+
+def _project_registry(cwd: Path, home: Path) -> Path | None:
+    """The nearest ancestor of ``cwd`` (up to home) with ``.xcsh/``, else with ``.git``."""
+    ancestors: list[Path] = []
+    for folder in (cwd, *cwd.parents):
+        ancestors.append(folder)
+        if folder == home:
+            break
+    for marker in (".xcsh", ".git"):
+        for folder in ancestors:
+            if (folder / marker).exists():
+                return folder / ".xcsh" / "plugins" / "installed_plugins.json"
+    return None
+
+
+def plugin_roots(cwd: Path, home: Path, warnings: list[str]) -> list[tuple[str, Path, str]]:
+    """``(plugin id, install path, level)`` of every enabled marketplace plugin, in precedence order."""
+    roots: list[tuple[str, Path, str]] = []
+    seen_ids: set[str] = set()
+
+    def add(registry: dict[str, list[dict[str, Any]]], level: str | None, where: Path) -> None:
+        for plugin_id, entries in registry.items():
+            if plugin_id in seen_ids:
+                continue  # an earlier registry (the project's) has this plugin
+            seen_ids.add(plugin_id)
+            paths: set[str] = set()
+            for entry in entries:
+                if entry.get("enabled") is False:
+                    continue
+                install = entry.get("installPath")
+                if not isinstance(install, str) or not install:
+                    warnings.append(f"{where}: plugin {plugin_id!r} has an install without installPath; skipped")
+                    continue
+                if install in paths:
+                    continue
+                paths.add(install)
+                scope = level or ("project" if entry.get("scope") == "project" else "user")
+                roots.append((plugin_id, Path(install), scope))
+
+    project = _project_registry(cwd, home)
+    if project is not None:
+        add(_read_registry(project, warnings), "project", project)
+    claude = home / ".claude" / "plugins" / "installed_plugins.json"
+    ours = home / ".xcsh" / "plugins" / "installed_plugins.json"
+    # Ours is authoritative: it replaces Claude's entries plugin by plugin.
+    merged = {**_read_registry(claude, warnings), **_read_registry(ours, warnings)}
+    add(merged, None, ours)
+    return roots
+
+
+# --- entry-point plugins -------------------------------------------------------------
+
+
+def plugin_site_dirs(home: Path) -> list[Path]:
+    """Where ``pip install --target ~/.xcsh/plugins`` (or ``--prefix``) puts packages."""
+    prefix = home / ".xcsh" / "plugins"
+    dirs = [prefix]
+    dirs += sorted(prefix.glob("lib/python3*/site-packages"))
+    return [d for d in dirs if d.is_dir()]
+
+
+def _locate_module(module: str, search: Iterable[str]) -> tuple[Path, str] | None:
+    """Find ``module``'s file without importing anything: (file, the sys.path entry it is under)."""
+    rel = Path(*module.split("."))
+    for entry in search:
+        base = Path(entry or ".")
+        for candidate in (base / rel.with_suffix(".py"), base / rel / "__init__.py"):
+            if candidate.is_file():
+                return candidate, str(base)
+    return None
+
+
+def entry_point_candidates(home: Path, warnings: list[str]) -> Iterator[Candidate]:
+    """Entry points of the group ``xcsh.tools``: names and values are read, nothing is imported."""
+    from importlib import metadata
+
+    places: list[tuple[list[str], str]] = [(list(sys.path), "environment")]
+    places += [([str(d)], "plugin prefix") for d in plugin_site_dirs(home)]
+    for search, where in places:
+        try:
+            dists = list(metadata.distributions(path=search))
+        except Exception as exc:  # a broken .dist-info must not stop discovery
+            warnings.append(f"reading installed distributions in the {where} failed: {exc}")
+            continue
+        for dist in sorted(dists, key=lambda d: (d.metadata["Name"] or "").lower()):
+            for ep in dist.entry_points:
+                if ep.group != ENTRY_POINT_GROUP:
+                    continue
+                module, _, attr = ep.value.partition(":")
+                module = module.strip()
+                found = _locate_module(module, search)
+                if found is None:
+                    warnings.append(
+                        f"entry point {ep.name!r} of {dist.metadata['Name']} names module {module!r}, "
+                        f"which is not installed in the {where}; skipped"
+                    )
+                    continue
+                path, sys_path = found
+                yield Candidate(
+                    path=f"{dist.metadata['Name']}:{ep.name} ({ep.value})",
+                    resolved=os.path.realpath(path),
+                    source=ToolSource("plugin", str(dist.metadata["Name"]), "user"),
+                    module=module,
+                    sys_path=sys_path,
+                    factory=attr.strip() or "factory",
+                )
+
+
+# --- all together -------------------------------------------------------------------
+
+
+def discover(
+    configured_paths: Sequence[str],
+    cwd: str,
+    *,
+    home: str | None = None,
+    include_sources: bool = True,
+) -> Discovery:
+    """Every candidate in precedence order, each resolved file once, plus shadowed modules.
+
+    Args:
+        configured_paths: explicit files or folders (source 6).
+        cwd: the project directory.
+        home: the user's home (default: ``$HOME``).
+        include_sources: False searches only ``configured_paths`` (``load_custom_tools``).
+    """
+    home_path = Path(home if home is not None else os.path.expanduser("~"))
+    cwd_path = Path(cwd)
+    warnings: list[str] = []
+    seen: set[str] = set()
+    names: dict[str, str] = {}
+    out: list[Candidate] = []
+    shadowed: list[Shadowed] = []
+
+    def add(paths: Iterable[Path], source: ToolSource, *, by_name: bool) -> None:
         for path in paths:
             resolved = os.path.realpath(path)
             if resolved in seen:
                 continue
             seen.add(resolved)
-            out.append(Candidate(path=str(path), resolved=resolved, source=source))
+            candidate = Candidate(path=str(path), resolved=resolved, source=source)
+            if by_name:
+                first = names.get(candidate.name)
+                if first is not None:
+                    shadowed.append(Shadowed(path=str(path), source=source, shadowed_by=first))
+                    continue
+                names[candidate.name] = str(path)
+            out.append(candidate)
 
-    add(modules_in(Path(cwd) / ".xcsh" / "tools"), NATIVE_PROJECT)
+    if include_sources:
+        add(modules_in(cwd_path / ".xcsh" / "tools"), ToolSource("native", "xcsh", "project"), by_name=True)
+        add(modules_in(home_path / ".xcsh" / "agent" / "tools"), ToolSource("native", "xcsh", "user"), by_name=True)
+        add(modules_in(home_path / ".claude" / "tools"), ToolSource("claude", "Claude", "user"), by_name=True)
+        add(modules_in(cwd_path / ".claude" / "tools"), ToolSource("claude", "Claude", "project"), by_name=True)
+        for plugin_id, install, level in plugin_roots(cwd_path, home_path, warnings):
+            add(modules_in(install / "tools"), ToolSource("claude-plugins", plugin_id, level), by_name=True)
+        add(modules_in(home_path / ".codex" / "tools"), ToolSource("codex", "Codex", "user"), by_name=True)
+        add(modules_in(cwd_path / ".codex" / "tools"), ToolSource("codex", "Codex", "project"), by_name=True)
+        for candidate in entry_point_candidates(home_path, warnings):
+            if candidate.resolved not in seen:
+                seen.add(candidate.resolved)
+                out.append(candidate)
+    config = ToolSource("config", "Config", "project")
     for configured in configured_paths:
-        path = expand(configured, cwd)
+        path = expand(configured, cwd, str(home_path))
         if path.is_dir() and not (path / "__init__.py").is_file():
-            add(modules_in(path), CONFIG)
+            add(modules_in(path), config, by_name=False)
         else:
             # A named file is taken as asked, even if it is not a .py file, so
             # that the user gets a precise load error instead of silence.
-            add([path], CONFIG)
-    return out
+            add([path], config, by_name=False)
+    return Discovery(candidates=out, shadowed=shadowed, warnings=warnings)
+
+
+def discover_custom_tool_paths(configured_paths: Sequence[str], cwd: str) -> list[Candidate]:
+    """Every candidate module in precedence order (paths only; nothing is imported)."""
+    return discover(configured_paths, cwd).candidates

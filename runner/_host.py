@@ -34,7 +34,8 @@ import trio
 from worker import _protocol as p
 
 from ._boundary import CgroupRoot
-from ._discovery import Candidate, ToolSource, discover_custom_tool_paths
+from ._cache import CachedLoad, ModuleCache, default_dir, fingerprint
+from ._discovery import Candidate, ToolSource, discover
 from ._errors import ConfigError, RemoteProtocolError, WorkerDied, WorkerError, describe_exit
 from ._proc import RemoteError, WorkerProcess, WorkerState, _Pending
 from ._results import ErrorKind, ToolResult, error_result
@@ -77,12 +78,17 @@ class ToolInfo(msgspec.Struct, frozen=True):
 
 
 class LoadError(msgspec.Struct, frozen=True):
-    """A module (or one entry of its factory) that did not become a tool."""
+    """A module (or one entry of its factory) that did not become a tool, and why.
+
+    ``shadowed_by`` is set when the module was not loaded at all because a
+    higher-precedence place has a module of the same name.
+    """
 
     path: str
     message: str
     source: ToolSource
     stderr_tail: str | None = None
+    shadowed_by: str | None = None
 
 
 class RunnerStatistics(msgspec.Struct, frozen=True):
@@ -92,12 +98,14 @@ class RunnerStatistics(msgspec.Struct, frozen=True):
     busy_workers: int
     starting_workers: int
     running_calls: int
+    workers_started: int
     reliable_boundary: bool
 
 
 class _LoadFailed(Exception):
-    def __init__(self, message: str, stderr_tail: str | None = None) -> None:
+    def __init__(self, message: str, stderr_tail: str | None = None, *, deterministic: bool = False) -> None:
         self.stderr_tail = stderr_tail
+        self.deterministic = deterministic  # worth caching: not a timeout or a crash
         super().__init__(message)
 
 
@@ -124,8 +132,14 @@ class Runner:
         load_timeout: float,
         max_frame_bytes: int,
         builtin_tool_names: Iterable[str],
+        home: str | None,
+        cache: ModuleCache | None,
+        warnings: list[str],
     ) -> None:
         self._nursery = nursery
+        self._home = home
+        self._cache = cache
+        self._warnings = warnings
         self.cwd = cwd
         self._env = dict(env)
         self.default_timeout = default_timeout
@@ -139,6 +153,8 @@ class Runner:
         self._idle: dict[str, list[WorkerProcess]] = {}
         self._workers: set[WorkerProcess] = set()
         self._starting = 0
+        self._started = 0
+        self._candidates: dict[str, Candidate] = {}
         self._calls: dict[str, _Call] = {}
         self._calls_changed = trio.Event()
         self._validators: dict[str, ArgumentValidator] = {}
@@ -153,19 +169,40 @@ class Runner:
 
     @property
     def errors(self) -> list[LoadError]:
-        """Every module or factory entry that failed to load, with the reason."""
+        """Every module or factory entry that failed to load (or was shadowed), with the reason."""
         return list(self._errors)
+
+    @property
+    def warnings(self) -> list[str]:
+        """Problems that changed nothing but deserve a look (a corrupt cache, a bad registry)."""
+        return list(self._warnings)
 
     def get_tool(self, name: str) -> ToolInfo | None:
         return self._tools.get(name)
 
-    async def load(self, configured_paths: Sequence[str] = ()) -> None:
+    async def load(self, configured_paths: Sequence[str] = (), *, discover_sources: bool = True) -> None:
         """Discover modules and describe them, each in its own worker, in parallel.
 
-        Modules load in parallel (bounded by the core count) but are merged in
-        precedence order, so the first definition of a name always wins.
+        A module the cache knows, unchanged, is not imported at all: its tools
+        are registered from the cache and a worker starts only when one is
+        called. Modules load in parallel (bounded by the core count) but are
+        merged in precedence order, so the first definition of a name wins.
         """
-        candidates = discover_custom_tool_paths(configured_paths, self.cwd)
+        found = await trio.to_thread.run_sync(
+            lambda: discover(configured_paths, self.cwd, home=self._home, include_sources=discover_sources)
+        )
+        self._warnings.extend(found.warnings)
+        for shadow in found.shadowed:
+            self._errors.append(
+                LoadError(
+                    shadow.path,
+                    f"{shadow.path}: not loaded, shadowed by {shadow.shadowed_by} (a higher-precedence module "
+                    "of the same name); rename one of them to load both",
+                    shadow.source,
+                    shadowed_by=shadow.shadowed_by,
+                )
+            )
+        candidates = found.candidates
         outcomes: list[tuple[list[ToolInfo], list[LoadError]] | None] = [None] * len(candidates)
         limiter = trio.CapacityLimiter(max(1, os.cpu_count() or 1))
 
@@ -175,6 +212,7 @@ class Runner:
 
         async with trio.open_nursery() as nursery:
             for index, candidate in enumerate(candidates):
+                self._candidates[candidate.resolved] = candidate
                 nursery.start_soon(one, index, candidate)
         for outcome in outcomes:
             assert outcome is not None
@@ -200,12 +238,6 @@ class Runner:
                 )
             )
         else:
-            if info.params_kind == "json_schema":
-                try:
-                    self._validators[info.name] = ArgumentValidator(info.parameters)
-                except SchemaProblem as exc:
-                    self._errors.append(LoadError(info.module, f"tool {info.name!r}: {exc}", info.source))
-                    return
             self._tools[info.name] = info
 
     async def _load_candidate(self, candidate: Candidate) -> tuple[list[ToolInfo], list[LoadError]]:
@@ -213,40 +245,68 @@ class Runner:
         if path.endswith((".md", ".json")):
             message = f"{candidate.path}: .md and .json files are tool metadata and cannot be loaded as modules"
             return [], [LoadError(candidate.path, message, candidate.source)]
+        fp = None
+        if self._cache is not None:
+            fp = await trio.to_thread.run_sync(fingerprint, candidate, _version())
+            cached = self._cache.get(candidate, fp) if fp is not None else None
+            if cached is not None:
+                return self._from_load(candidate, cached)
         if not os.path.exists(path):  # noqa: ASYNC240 - one stat, cheaper than a thread hop
             message = f"{candidate.path}: no such file or folder; check the path given to --tools"
             return [], [LoadError(candidate.path, message, candidate.source)]
         try:
-            worker, result = await self._spawn_loaded(path, self.load_timeout)
+            worker, result = await self._spawn_loaded(candidate, self.load_timeout)
         except _LoadFailed as exc:
+            if exc.deterministic and self._cache is not None and fp is not None:
+                self._cache.put(candidate, CachedLoad(fingerprint=fp, load_error=str(exc)))
             return [], [LoadError(candidate.path, str(exc), candidate.source, exc.stderr_tail)]
         self._release(worker)
+        schema_errors: dict[str, str] = {}
+        if any(d.params_kind == "json_schema" for d in result.tools):
+            # Checking a schema imports jsonschema: do it once, here, where a
+            # worker was started anyway, and remember the verdict in the cache.
+            schema_errors = await trio.to_thread.run_sync(_check_schemas, result)
+        entry = CachedLoad(fingerprint=fp or "", result=result, schema_errors=schema_errors)
+        if self._cache is not None and fp is not None:
+            self._cache.put(candidate, entry)
+        return self._from_load(candidate, entry)
+
+    def _from_load(self, candidate: Candidate, entry: CachedLoad) -> tuple[list[ToolInfo], list[LoadError]]:
+        if entry.load_error is not None or entry.result is None:
+            return [], [LoadError(candidate.path, entry.load_error or "load failed", candidate.source)]
+        result = entry.result
         errors = [
-            LoadError(candidate.path, f"entry {e.index} of factory(api): {e.message}", candidate.source)
+            LoadError(candidate.path, f"entry {e.index} of {candidate.factory}(api): {e.message}", candidate.source)
             for e in result.entry_errors
         ]
-        infos = [
-            ToolInfo(
-                name=d.name,
-                label=d.label,
-                description=d.description,
-                parameters=d.parameters,
-                module=path,
-                source=candidate.source,
-                hidden=d.hidden,
-                deferrable=d.deferrable,
-                concurrency=d.concurrency,
-                timeout=d.timeout,
-                params_kind=d.params_kind,
+        infos: list[ToolInfo] = []
+        for d in result.tools:
+            problem = entry.schema_errors.get(d.name)
+            if problem is not None:
+                errors.append(LoadError(candidate.path, f"tool {d.name!r}: {problem}", candidate.source))
+                continue
+            infos.append(
+                ToolInfo(
+                    name=d.name,
+                    label=d.label,
+                    description=d.description,
+                    parameters=d.parameters,
+                    module=candidate.resolved,
+                    source=candidate.source,
+                    hidden=d.hidden,
+                    deferrable=d.deferrable,
+                    concurrency=d.concurrency,
+                    timeout=d.timeout,
+                    params_kind=d.params_kind,
+                )
             )
-            for d in result.tools
-        ]
         return infos, errors
 
     # --- workers -----------------------------------------------------------------
 
-    async def _spawn_loaded(self, module: str, timeout: float) -> tuple[WorkerProcess, p.LoadResult]:
-        """Start a worker and load ``module`` in it, within ``timeout``; raises _LoadFailed."""
+    async def _spawn_loaded(self, candidate: Candidate, timeout: float) -> tuple[WorkerProcess, p.LoadResult]:
+        """Start a worker and load ``candidate`` in it, within ``timeout``; raises _LoadFailed."""
+        module = candidate.resolved
         worker: WorkerProcess | None = None
         ok = False
         self._starting += 1
@@ -261,7 +321,11 @@ class Runner:
                     max_frame_bytes=self.max_frame_bytes,
                 )
                 self._workers.add(worker)
-                raw = await worker.request(p.M_LOAD, p.LoadParams(path=module))
+                self._started += 1
+                params = p.LoadParams(
+                    path=module, module=candidate.module, sys_path=candidate.sys_path, factory=candidate.factory
+                )
+                raw = await worker.request(p.M_LOAD, params)
                 result = msgspec.json.decode(raw, type=p.LoadResult)
                 ok = True
                 return worker, result
@@ -272,7 +336,8 @@ class Runner:
                 _tail(worker),
             )
         except RemoteError as exc:
-            raise _LoadFailed(exc.error.message, _tail(worker)) from None
+            # The module itself refused to load: the same file will fail the same way.
+            raise _LoadFailed(exc.error.message, _tail(worker), deterministic=True) from None
         except WorkerDied as exc:
             raise _LoadFailed(
                 f"{module}: the worker {describe_exit(exc.returncode)} while loading the module"
@@ -287,7 +352,8 @@ class Runner:
                 with trio.CancelScope(shield=True):
                     await self._retire(worker)
 
-    async def _acquire(self, module: str, timeout: float) -> WorkerProcess:
+    async def _acquire(self, info: ToolInfo, timeout: float) -> WorkerProcess:
+        module = info.module
         idle = self._idle.get(module, [])
         while idle:
             worker = idle.pop()
@@ -295,7 +361,15 @@ class Runner:
                 worker.state = WorkerState.BUSY
                 return worker
             await self._retire(worker)
-        worker, _ = await self._spawn_loaded(module, timeout)
+        worker, result = await self._spawn_loaded(self._candidates[module], timeout)
+        if not any(d.name == info.name for d in result.tools):
+            # The file changed since it was described (or the cache is stale
+            # in a way its fingerprint missed): do not run something else.
+            with trio.CancelScope(shield=True):
+                await self._retire(worker)
+            raise _LoadFailed(
+                f"{module} no longer defines a tool named {info.name!r}; it changed since discovery, run again"
+            )
         worker.state = WorkerState.BUSY
         return worker
 
@@ -378,7 +452,7 @@ class Runner:
                 f"arguments for {name!r} must be a JSON object, got {type(args).__name__}",
                 path="$",
             )
-        validator = self._validators.get(name)
+        validator = self._validator(info)
         if validator is not None:
             try:
                 validator.validate(args)
@@ -404,6 +478,16 @@ class Runner:
             del self._calls[call_id]
             self._calls_changed.set()
             self._calls_changed = trio.Event()
+
+    def _validator(self, info: ToolInfo) -> ArgumentValidator | None:
+        if info.params_kind != "json_schema":
+            return None
+        validator = self._validators.get(info.name)
+        if validator is None:
+            # Compiled on first use: a cached run that calls a Struct tool
+            # never pays for importing jsonschema.
+            validator = self._validators[info.name] = ArgumentValidator(info.parameters)
+        return validator
 
     def _not_found(self, name: str) -> ToolResult:
         names = [t.name for t in self._tools.values() if not t.hidden]
@@ -448,7 +532,7 @@ class Runner:
                 if call.reason is not None:
                     scope.cancel()
                 try:
-                    worker = await self._acquire(info.module, timeout)
+                    worker = await self._acquire(info, timeout)
                 except _LoadFailed as exc:
                     return error_result(ErrorKind.LOAD_ERROR, str(exc), stderr_tail=exc.stderr_tail, module=info.module)
                 params = p.CallParams(call_id=call.call_id, tool=info.name, arguments=raw_args, ctx=ctx)
@@ -560,6 +644,7 @@ class Runner:
             busy_workers=states.count(WorkerState.BUSY),
             starting_workers=self._starting,
             running_calls=len(self._calls),
+            workers_started=self._started,
             reliable_boundary=self._cgroup_root is not None,
         )
 
@@ -592,6 +677,23 @@ class Runner:
         self._workers.discard(worker)
 
 
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def _check_schemas(result: p.LoadResult) -> dict[str, str]:
+    problems: dict[str, str] = {}
+    for d in result.tools:
+        if d.params_kind == "json_schema":
+            try:
+                ArgumentValidator(d.parameters)
+            except SchemaProblem as exc:
+                problems[d.name] = str(exc)
+    return problems
+
+
 def _str_or_none(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
@@ -616,19 +718,29 @@ async def open_runner(
     load_timeout: float = DEFAULT_LOAD_TIMEOUT,
     max_frame_bytes: int = p.DEFAULT_MAX_FRAME_BYTES,
     env: Mapping[str, str] | None = None,
+    discover_sources: bool = True,
+    cache: bool = True,
+    cache_dir: str | os.PathLike[str] | None = None,
+    home: str | os.PathLike[str] | None = None,
 ) -> AsyncIterator[Runner]:
     """Discover tools and own their workers for the duration of the block.
 
     Args:
         tool_paths: extra tool files or folders (like the CLI's ``--tools``),
-            relative to ``cwd``; ``<cwd>/.xcsh/tools`` is always searched first.
-        cwd: the working directory tools see as ``api.cwd``; default: the current one.
+            relative to ``cwd``; they come after every discovered source.
+        cwd: the project directory, which tools see as ``api.cwd``; default: the current one.
         builtin_tool_names: names tools may not take.
         default_timeout: seconds a call may take unless the tool or the call says otherwise.
         grace: seconds between SIGTERM and the tree kill in the ladder.
         load_timeout: seconds a module may take to import and run its factory.
         max_frame_bytes: the largest protocol message accepted either way.
         env: the workers' environment; default: the host's.
+        discover_sources: False loads only ``tool_paths`` (no .xcsh, Claude,
+            Codex, plugin sources).
+        cache: remember what unchanged modules define, so they are not imported
+            again on the next run (see ``runner._cache``).
+        cache_dir: where; default ``$XDG_CACHE_HOME/xcsh-run`` or ``~/.cache/xcsh-run``.
+        home: the user's home for discovery; default ``$HOME``.
 
     Cancellation: leaving the block (normally, by exception or by
     cancellation) stops every worker and waits until none is left.
@@ -641,6 +753,10 @@ async def open_runner(
     work_dir = os.fspath(cwd) if cwd is not None else os.getcwd()
     if not Path(work_dir).is_dir():  # noqa: ASYNC240 - once per runner
         raise ConfigError(f"cwd {work_dir!r} is not a directory")
+    warnings: list[str] = []
+    module_cache = None
+    if cache:
+        module_cache = ModuleCache(Path(cache_dir) if cache_dir is not None else default_dir(), warnings)
     async with trio.open_nursery() as nursery:
         runner = Runner(
             nursery,
@@ -651,9 +767,41 @@ async def open_runner(
             load_timeout=load_timeout,
             max_frame_bytes=max_frame_bytes,
             builtin_tool_names=builtin_tool_names,
+            home=os.fspath(home) if home is not None else None,
+            cache=module_cache,
+            warnings=warnings,
         )
         try:
-            await runner.load(tool_paths)
+            await runner.load(tool_paths, discover_sources=discover_sources)
             yield runner
         finally:
             await runner.aclose()
+
+
+class CustomToolsLoadResult(msgspec.Struct, frozen=True):
+    """What :func:`discover_and_load_custom_tools` found: tools, and every error with its source."""
+
+    tools: list[ToolInfo]
+    errors: list[LoadError]
+
+
+async def discover_and_load_custom_tools(
+    configured_paths: Sequence[str], cwd: str, builtin_tool_names: Iterable[str] = (), **options: Any
+) -> CustomToolsLoadResult:
+    """Discover every source, load each module in a worker, and return ``{tools, errors}``.
+
+    The workers are stopped before this returns; use :func:`open_runner` to
+    keep them for calls. ``options`` are those of :func:`open_runner`.
+    """
+    async with open_runner(configured_paths, cwd=cwd, builtin_tool_names=builtin_tool_names, **options) as runner:
+        return CustomToolsLoadResult(tools=runner.tools, errors=runner.errors)
+
+
+async def load_custom_tools(
+    paths: Sequence[str], cwd: str, builtin_tool_names: Iterable[str] = (), **options: Any
+) -> CustomToolsLoadResult:
+    """Load exactly ``paths`` (no discovery), each in a worker, and return ``{tools, errors}``."""
+    async with open_runner(
+        paths, cwd=cwd, builtin_tool_names=builtin_tool_names, discover_sources=False, **options
+    ) as runner:
+        return CustomToolsLoadResult(tools=runner.tools, errors=runner.errors)

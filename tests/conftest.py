@@ -63,8 +63,14 @@ def own_cgroup_dirs() -> list[str]:
 
 @pytest.fixture(autouse=True)
 def _in_tmp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Run each test in an empty directory, so no stray .xcsh/tools is discovered."""
-    monkeypatch.chdir(tmp_path)
+    """Run each test in an empty directory with an empty HOME and cache, so nothing stray is discovered."""
+    work = tmp_path / "work"
+    home = tmp_path / "home"
+    work.mkdir()
+    home.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
 
 @pytest.fixture(autouse=True)

@@ -36,7 +36,16 @@ import msgspec
 from . import _protocol as p
 from ._api import ToolAPI
 from ._signal import AbortSignal, ToolCancelled
-from ._tools import LoadedTool, LoadFailure, ResultError, describe_tool, import_module, normalize_result
+from ._tools import (
+    LoadedTool,
+    LoadFailure,
+    ResultError,
+    describe_tool,
+    find_factory,
+    import_by_name,
+    import_module,
+    normalize_result,
+)
 
 _PATH_RE = re.compile(r" - at `([^`]*)`$")
 EXIT_PROTOCOL = 3
@@ -283,9 +292,13 @@ class Worker:
         if self.loaded:
             return _error(req.id, p.ErrorCode.LOAD_ERROR, "this worker already loaded a module; start a new worker")
         self.loaded = True
-        path = msgspec.json.decode(req.params, type=p.LoadParams).path
+        params = msgspec.json.decode(req.params, type=p.LoadParams)
+        path = params.path
         try:
-            module = import_module(path)
+            if params.module is not None:
+                module = import_by_name(params.module, params.sys_path)
+            else:
+                module = import_module(path)
         except LoadFailure as exc:
             return _error(req.id, p.ErrorCode.LOAD_ERROR, str(exc))
         except SystemExit as exc:
@@ -302,12 +315,12 @@ class Worker:
                 f"{path}: importing the module raised {type(exc).__name__}: {exc}",
                 traceback=traceback.format_exc(),
             )
-        factory = getattr(module, "factory", None)
+        factory = find_factory(module, params.factory)
         if not callable(factory):
             return _error(
                 req.id,
                 p.ErrorCode.LOAD_ERROR,
-                f"{path}: the module defines no factory(api) function; add `def factory(api):` "
+                f"{path}: the module defines no {params.factory}(api) function; add `def {params.factory}(api):` "
                 "returning a CustomTool or a list of them",
             )
         try:

@@ -331,8 +331,13 @@ class InitializeResult(msgspec.Struct, frozen=True):
     python: str = ""
 
 
-class LoadParams(msgspec.Struct, frozen=True):
+class LoadParams(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Load by file path, or (entry-point plugins) by dotted module name from ``sys_path``."""
+
     path: str
+    module: str | None = None
+    sys_path: str | None = None
+    factory: str = "factory"
 
 
 class ToolDescription(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -5,6 +5,7 @@ Everything here runs inside the worker, on its main thread.
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -38,6 +39,38 @@ class LoadedTool:
         )
 
 
+def import_by_name(module: str, sys_path: str | None) -> ModuleType:
+    """Import an installed module by its dotted name (entry-point plugins)."""
+    import importlib
+
+    if sys_path and sys_path not in sys.path:
+        sys.path.append(sys_path)
+    return importlib.import_module(module)
+
+
+def find_factory(module: ModuleType, attr: str) -> Any:
+    """``module.<attr>`` where ``attr`` may be dotted (``obj.method``); None if absent."""
+    value: Any = module
+    for part in attr.split("."):
+        value = getattr(value, part, None)
+        if value is None:
+            return None
+    return value
+
+
+class _SourceOnlyLoader(importlib.machinery.SourceFileLoader):
+    """Compiles the tool file from source on every load, and never writes __pycache__.
+
+    CPython validates a .pyc by the source's mtime in whole seconds and its
+    size, so an edit within the same second that keeps the size would run the
+    old code. Tool files are small: compiling them costs about a millisecond.
+    """
+
+    def get_code(self, fullname: str) -> Any:
+        source = self.get_data(self.get_filename(fullname))
+        return compile(source, self.get_filename(fullname), "exec", dont_inherit=True)
+
+
 def import_module(path: str) -> ModuleType:
     """Import a ``name.py`` file or a ``name/`` package by path, under a private name."""
     path = os.path.abspath(path)
@@ -46,11 +79,18 @@ def import_module(path: str) -> ModuleType:
         if not os.path.isfile(init):
             raise LoadFailure(f"{path} is a folder without __init__.py; a tool package needs one")
         stem = os.path.basename(path.rstrip(os.sep))
-        spec = importlib.util.spec_from_file_location(f"xcsh_tool_{stem}", init, submodule_search_locations=[path])
+        spec = importlib.util.spec_from_file_location(
+            f"xcsh_tool_{stem}",
+            init,
+            loader=_SourceOnlyLoader(f"xcsh_tool_{stem}", init),
+            submodule_search_locations=[path],
+        )
         parent = os.path.dirname(path)
     else:
         stem = os.path.splitext(os.path.basename(path))[0]
-        spec = importlib.util.spec_from_file_location(f"xcsh_tool_{stem}", path)
+        spec = importlib.util.spec_from_file_location(
+            f"xcsh_tool_{stem}", path, loader=_SourceOnlyLoader(f"xcsh_tool_{stem}", path)
+        )
         parent = os.path.dirname(path)
     if spec is None or spec.loader is None:
         raise LoadFailure(f"{path} is not a Python module (expected a .py file or a package folder)")

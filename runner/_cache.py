@@ -1,0 +1,119 @@
+"""What each module defines, remembered between runs, so unchanged modules are not imported again.
+
+An entry is keyed on the module's resolved path and is valid only while its
+*fingerprint* matches: the content hash of the file (every ``.py`` file, for a
+package folder), the interpreter version, the xcsh-run version, and how it is
+loaded (entry-point module name and factory). Any change to the file, even one
+that keeps its size and mtime, gives a new fingerprint. Sibling helper modules
+a tool imports are not part of it: after editing only a helper, touch the tool
+or clear the cache (``~/.cache/xcsh-run``).
+
+The cache is an optimisation and never a source of failure: a corrupt entry
+or an unwritable directory is ignored with a warning, and the module is
+loaded in a worker as if there were no cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+from worker import _protocol as p
+
+from ._discovery import Candidate
+
+FORMAT: Final = 1
+_MAX_PACKAGE_FILES: Final = 2000
+
+
+class CachedLoad(msgspec.Struct, frozen=True):
+    """One module's remembered load: its tools and factory-entry errors, or its load error."""
+
+    fingerprint: str
+    result: p.LoadResult | None = None
+    load_error: str | None = None
+    schema_errors: dict[str, str] = {}
+
+
+def default_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "xcsh-run"
+
+
+def fingerprint(candidate: Candidate, version: str) -> str | None:
+    """A digest of everything that decides what the module defines; None if unreadable."""
+    h = hashlib.sha256()
+    h.update(f"{FORMAT}\0{version}\0{sys.version}\0{sys.executable}\0".encode())
+    h.update(f"{candidate.module}\0{candidate.sys_path}\0{candidate.factory}\0".encode())
+    path = Path(candidate.resolved)
+    try:
+        if path.is_dir():
+            files = sorted(f for f in path.rglob("*.py") if "__pycache__" not in f.parts)
+            if len(files) > _MAX_PACKAGE_FILES:
+                return None
+        else:
+            files = [path]
+        for f in files:
+            h.update(str(f.relative_to(path) if f != path else "").encode() + b"\0")
+            h.update(f.read_bytes())
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
+class ModuleCache:
+    """A directory of one small file per module. Never raises: problems become warnings."""
+
+    def __init__(self, directory: Path, warnings: list[str]) -> None:
+        self.directory = directory / "modules"
+        self._warnings = warnings
+        self._write_failed = False
+
+    def _file(self, candidate: Candidate) -> Path:
+        key = hashlib.sha256(f"{candidate.resolved}\0{candidate.module}".encode()).hexdigest()[:32]
+        return self.directory / f"{key}.json"
+
+    def get(self, candidate: Candidate, fp: str) -> CachedLoad | None:
+        path = self._file(candidate)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            self._warnings.append(f"module cache: cannot read {path} ({exc.strerror}); loading without it")
+            return None
+        try:
+            entry = msgspec.json.decode(data, type=CachedLoad)
+        except msgspec.DecodeError:
+            self._warnings.append(f"module cache: {path} is corrupt; ignoring it")
+            return None
+        return entry if entry.fingerprint == fp else None
+
+    def put(self, candidate: Candidate, entry: CachedLoad) -> None:
+        if self._write_failed:
+            return
+        path = self._file(candidate)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            # Write-then-rename: a concurrent reader sees the old entry or the
+            # new one, never half of one.
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(msgspec.json.encode(entry))
+                os.replace(tmp, path)
+            except BaseException:
+                os.unlink(tmp)
+                raise
+        except OSError as exc:
+            self._write_failed = True
+            self._warnings.append(
+                f"module cache: cannot write to {self.directory} ({exc.strerror}); "
+                "every run will import the modules again"
+            )
