@@ -101,7 +101,7 @@ def tree(tmp_path: Path, import_log: Path) -> tuple[Path, Path]:
 
 
 def test_every_file_source_in_precedence_order(tree: tuple[Path, Path]) -> None:
-    project, home = tree
+    project, _ = tree
     found = [
         (Path(c.resolved).stem, c.source.provider, c.source.level) for c in discover_custom_tool_paths([], str(project))
     ]
