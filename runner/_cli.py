@@ -21,6 +21,7 @@ import typer
 
 from ._errors import RunnerError
 from ._host import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT, DEFAULT_TIMEOUT, Runner, open_runner
+from ._mcp import DEFAULT_MAX_MESSAGE_BYTES, serve_stdio
 from ._results import ToolResult
 
 
@@ -42,7 +43,7 @@ _EXIT_BY_KIND = {
     "cancelled": ExitCode.CANCELLED,
 }
 
-COMMANDS = ("run", "list", "describe")
+COMMANDS = ("run", "list", "describe", "serve")
 
 HELP = """Run LLM-agent custom tools in isolated, killable worker processes.
 
@@ -51,7 +52,15 @@ HELP = """Run LLM-agent custom tools in isolated, killable worker processes.
   xcsh-run list                             tools found, and modules that failed to load
   xcsh-run describe TOOL                    a tool's JSON Schema and flags
 
-Tools are found in ./.xcsh/tools and in every --tools PATH.
+\b
+Tools are found, in this order of precedence, in:
+  ./.xcsh/tools, ~/.xcsh/agent/tools          (native: project, then user)
+  ~/.claude/tools, ./.claude/tools            (Claude: user, then project)
+  <installPath>/tools of Claude marketplace plugins (installed_plugins.json registries)
+  ~/.codex/tools, ./.codex/tools              (Codex: user, then project)
+  installed packages with `xcsh.tools` entry points (here, and in ~/.xcsh/plugins)
+  every --tools PATH
+What each module defines is cached in ~/.cache/xcsh-run, so unchanged modules are not imported again.
 
 \b
 Exit codes of a run:
@@ -226,6 +235,7 @@ def run_command(
             open_runner(tools or (), grace=grace, load_timeout=load_timeout) as runner,
             trio.open_nursery() as nursery,
         ):
+            _warn(runner.warnings)
             nursery.start_soon(_watch_signals, runner, call_id)
             result = await runner.call_tool(tool, arguments, on_update=on_update, timeout=timeout, tool_call_id=call_id)
             nursery.cancel_scope.cancel()
@@ -246,12 +256,12 @@ def run_command(
     raise typer.Exit(int(_EXIT_BY_KIND.get(result.kind, ExitCode.TOOL_ERROR)))
 
 
-def _load(tools: list[str] | None, load_timeout: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _load(tools: list[str] | None, load_timeout: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
     import msgspec
 
-    async def main() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    async def main() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
         async with open_runner(tools or (), load_timeout=load_timeout) as runner:
-            return msgspec.to_builtins(runner.tools), msgspec.to_builtins(runner.errors)
+            return msgspec.to_builtins(runner.tools), msgspec.to_builtins(runner.errors), runner.warnings
 
     try:
         return trio.run(main)
@@ -259,14 +269,26 @@ def _load(tools: list[str] | None, load_timeout: float) -> tuple[list[dict[str, 
         _fail(str(exc))
 
 
+def _warn(warnings: list[str]) -> None:
+    for warning in warnings:
+        typer.echo(f"xcsh-run: warning: {warning}", err=True)
+
+
+def _source(item: dict[str, Any]) -> str:
+    source = item["source"]
+    name = source["provider_name"] if source["provider"] in ("claude-plugins", "plugin") else source["provider"]
+    return f"{name}, {source['level']}"
+
+
 @app.command("list")
 def list_command(
     tools: ToolsOpt = None, as_json: JsonOpt = False, load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT
 ) -> None:
     """Show every tool found (name, label, source, path) and every module that failed to load, with why."""
-    found, errors = _load(tools, load_timeout)
+    found, errors, warnings = _load(tools, load_timeout)
+    _warn(warnings)
     if as_json:
-        typer.echo(json.dumps({"tools": found, "errors": errors}, indent=2, ensure_ascii=False))
+        typer.echo(json.dumps({"tools": found, "errors": errors, "warnings": warnings}, indent=2, ensure_ascii=False))
         return
     cwd = os.getcwd()
 
@@ -276,15 +298,23 @@ def list_command(
     if found:
         typer.echo("Tools:")
         width = max(len(t["name"]) for t in found)
+        label_width = max(len(t["label"]) for t in found)
         for t in found:
             flag = " (hidden)" if t["hidden"] else ""
-            typer.echo(f"  {t['name']:<{width}}  {t['label']}{flag}  [{t['source']['provider']}] {rel(t['module'])}")
+            typer.echo(f"  {t['name']:<{width}}  {t['label']:<{label_width}}  [{_source(t)}] {rel(t['module'])}{flag}")
     else:
-        typer.echo("No tools found (looked in ./.xcsh/tools and --tools paths).")
-    if errors:
+        typer.echo("No tools found (see `xcsh-run --help` for where tools are looked for).")
+    failed = [e for e in errors if not e.get("shadowed_by")]
+    shadowed = [e for e in errors if e.get("shadowed_by")]
+    if failed:
         typer.echo("\nFailed to load:")
-        for e in errors:
-            typer.echo(f"  {rel(e['path'])} [{e['source']['provider']}]: {e['message']}")
+        for e in failed:
+            message = e["message"].removeprefix(e["path"] + ": ")
+            typer.echo(f"  {rel(e['path'])} [{_source(e)}]: {message}")
+    if shadowed:
+        typer.echo("\nShadowed (not loaded):")
+        for e in shadowed:
+            typer.echo(f"  {rel(e['path'])} [{_source(e)}]: by {rel(e['shadowed_by'])}")
 
 
 @app.command("describe")
@@ -294,12 +324,54 @@ def describe_command(
     load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT,
 ) -> None:
     """Print a tool's JSON Schema and flags as JSON."""
-    found, _ = _load(tools, load_timeout)
+    found, _, warnings = _load(tools, load_timeout)
+    _warn(warnings)
     for t in found:
         if t["name"] == tool:
             typer.echo(json.dumps(t, indent=2, ensure_ascii=False))
             return
     _fail(f"no tool named {tool!r}; `xcsh-run list` shows the tools found")
+
+
+@app.command("serve")
+def serve_command(
+    tools: ToolsOpt = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--timeout", help=f"Seconds before a call is stopped [default: the tool's, else {DEFAULT_TIMEOUT:g}]."
+        ),
+    ] = None,
+    grace: Annotated[
+        float, typer.Option("--grace", help="Seconds between SIGTERM and the kill when stopping a call.")
+    ] = DEFAULT_GRACE,
+    load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT,
+    max_message_bytes: Annotated[
+        int,
+        typer.Option("--max-message-bytes", help="The longest MCP message (one line) accepted; longer get an error."),
+    ] = DEFAULT_MAX_MESSAGE_BYTES,
+) -> None:
+    """Serve every tool over the Model Context Protocol on stdin/stdout (for MCP clients)."""
+    from functools import partial
+
+    for label, value in (("--timeout", timeout), ("--grace", grace), ("--load-timeout", load_timeout)):
+        if value is not None and not value > 0:
+            _fail(f"{label} must be a positive number of seconds, got {value:g}")
+    if max_message_bytes < 1024:
+        _fail(f"--max-message-bytes must be at least 1024, got {max_message_bytes}")
+    serve = partial(
+        serve_stdio,
+        tools or (),
+        timeout=timeout,
+        grace=grace,
+        load_timeout=load_timeout,
+        max_message_bytes=max_message_bytes,
+    )
+    try:
+        code = trio.run(serve)
+    except RunnerError as exc:
+        _fail(str(exc))
+    raise typer.Exit(code)
 
 
 def _with_default_command(argv: list[str]) -> Iterator[str]:

@@ -239,3 +239,20 @@ def test_partial_results_show_live_on_a_terminal(git_repo: Path) -> None:
     assert b"Scanning files..." in shown
     assert shown.endswith(b"\r\x1b[K")  # the status line is cleared
     assert proc.stdout == b"Found 1 files\n"
+
+
+def test_list_shows_sources_shadowed_modules_and_warnings(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    project = tmp_path / "project"
+    for folder in (project / ".xcsh" / "tools", home / ".codex" / "tools"):
+        folder.mkdir(parents=True)
+        (folder / "twin.py").write_text((TOOLS / "basic.py").read_text())
+    (home / ".claude" / "plugins").mkdir(parents=True)
+    (home / ".claude" / "plugins" / "installed_plugins.json").write_text("[]")
+    env = {**os.environ, "HOME": str(home)}
+    proc = subprocess.run([XCSH_RUN, "list"], cwd=project, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0
+    assert "[native, project] .xcsh/tools/twin.py" in proc.stdout
+    assert "Shadowed (not loaded):" in proc.stdout
+    assert f"{home}/.codex/tools/twin.py [codex, user]: by .xcsh/tools/twin.py" in proc.stdout
+    assert 'warning: ' in proc.stderr and 'has no "plugins" object' in proc.stderr
