@@ -106,12 +106,13 @@ def _error(req_id: p.JsonRpcId, code: p.ErrorCode, message: str, **data: Any) ->
 
 
 class _Call:
-    __slots__ = ("call_id", "signal", "in_tool", "task")
+    __slots__ = ("call_id", "signal", "in_tool", "task", "terminated")
 
     def __init__(self, call_id: str) -> None:
         self.call_id = call_id
         self.signal = AbortSignal()
-        self.in_tool = False
+        self.in_tool = False  # True only while the main thread runs tool code: SIGTERM may raise there
+        self.terminated = False  # SIGTERM arrived
         self.task: Any = None  # the asyncio.Task of an async tool
 
 
@@ -211,6 +212,7 @@ class Worker:
             # already in the pipe, so a short bounded wait is enough.
             call.signal.wait(0.1)
         call.signal._abort(call.signal.reason or "terminated")
+        call.terminated = True
         if call.task is not None:
             self._loop.call_soon_threadsafe(call.task.cancel, call.signal.reason)
         elif call.in_tool:
@@ -388,7 +390,19 @@ class Worker:
                 body = p.encode_value(p.UpdateParams(call_id=params.call_id, partial=update))
             except (TypeError, msgspec.EncodeError) as exc:
                 raise TypeError(f"on_update()'s details are not JSON-serialisable: {exc}") from None
-            channel.send(p.Notification(method=p.N_UPDATE, params=body))
+            message = p.Notification(method=p.N_UPDATE, params=body)
+            if not (call.in_tool and threading.current_thread() is threading.main_thread()):
+                channel.send(message)
+                return
+            # SIGTERM must not raise inside our own frame write: hold it off
+            # while sending, and deliver it as soon as control returns to the tool.
+            call.in_tool = False
+            try:
+                channel.send(message)
+            finally:
+                call.in_tool = True
+            if call.terminated:
+                raise ToolCancelled(call.signal.reason)
 
         self.current = call
         try:

@@ -68,8 +68,9 @@ def factory(api):
         return "unreachable"
 
     def sleeper(tcid, params, on_update, ctx, signal_):
-        on_update(READY)
         try:
+            # Inside the try: the host may cancel as soon as it sees this update.
+            on_update(READY)
             time.sleep(params.get("seconds", 3600))
         finally:
             if params.get("marker"):
@@ -80,8 +81,8 @@ def factory(api):
     async def async_sleeper(tcid, params, on_update, ctx, signal_):
         import asyncio
 
-        on_update(READY)
         try:
+            on_update(READY)
             await asyncio.sleep(3600)
         except asyncio.CancelledError:
             if params.get("marker"):
