@@ -255,4 +255,4 @@ def test_list_shows_sources_shadowed_modules_and_warnings(tmp_path: Path) -> Non
     assert "[native, project] .xcsh/tools/twin.py" in proc.stdout
     assert "Shadowed (not loaded):" in proc.stdout
     assert f"{home}/.codex/tools/twin.py [codex, user]: by .xcsh/tools/twin.py" in proc.stdout
-    assert 'warning: ' in proc.stderr and 'has no "plugins" object' in proc.stderr
+    assert "warning: " in proc.stderr and 'has no "plugins" object' in proc.stderr
