@@ -1,0 +1,674 @@
+"""MCP tests: `xcsh-run serve` as a subprocess, driven by the official SDK client.
+
+Most tests use the official `mcp` SDK (`stdio_client` + `ClientSession`, and
+the high-level `Client`) on trio, through anyio. What the SDK hides (error
+responses to garbage, the absence of a response, what exactly is on stdout)
+is checked on a raw subprocess. FastMCP's client, which needs asyncio, runs in
+a plain test of its own.
+
+The SDK gives a server only an allowlist of the environment; the tests pass
+theirs whole, so that every process carries the session's test mark (and the
+test's HOME and cache), and the autouse ``no_survivors`` fixture fails any
+test that leaves one behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import mcp_types
+import pytest
+import trio
+from mcp import ClientSession, StdioServerParameters
+from mcp.client import Client
+from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
+
+from .conftest import TOOLS, XCSH_RUN, marked_processes
+
+BASIC = str(TOOLS / "basic.py")
+HOSTILE = str(TOOLS / "hostile.py")
+DEADLINE = 30  # seconds; every test runs under one
+
+# Tools written into each test's directory: a hidden one, a labelled one, and
+# busy tools that report their worker's pid in their first update.
+EXTRA_TOOLS = """
+import os
+import signal
+
+from worker.pi import CustomTool
+
+OBJ = {"type": "object"}
+
+
+def factory(api):
+    def shown(tcid, params, on_update, ctx, signal_):
+        return "shown!"
+
+    def secret(tcid, params, on_update, ctx, signal_):
+        return "secret!"
+
+    def spin(tcid, params, on_update, ctx, signal_):
+        on_update({"content": [{"type": "text", "text": f"started {os.getpid()}"}], "details": None})
+        while True:
+            pass
+
+    def stubborn(tcid, params, on_update, ctx, signal_):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        on_update({"content": [{"type": "text", "text": f"started {os.getpid()}"}], "details": None})
+        while True:
+            pass
+
+    return [
+        CustomTool(name="shown", label="Shown Tool", description="A visible tool", parameters=OBJ, execute=shown),
+        CustomTool(name="secret", label="Secret", description="Hidden", parameters=OBJ, execute=secret, hidden=True),
+        CustomTool(name="spin", description="Spins", parameters=OBJ, execute=spin),
+        CustomTool(name="stubborn", description="Spins, ignores SIGTERM", parameters=OBJ, execute=stubborn),
+    ]
+"""
+
+
+def tool_module(folder: Path, name: str, tool: str, description: str) -> Path:
+    path = folder / f"{name}.py"
+    path.write_text(
+        "from worker.pi import CustomTool\n\n"
+        "def factory(api):\n"
+        f"    return CustomTool(name={tool!r}, description={description!r}, parameters={{'type': 'object'}},\n"
+        f"                      execute=lambda *a: {tool + ' says hi'!r})\n"
+    )
+    return path
+
+
+@pytest.fixture
+def extra(tmp_path: Path) -> str:
+    path = tmp_path / "extra.py"
+    path.write_text(EXTRA_TOOLS)
+    return str(path)
+
+
+def serve_args(*tools: str, options: tuple[str, ...] = ()) -> list[str]:
+    args = ["serve", "--grace", "0.5"]
+    for tool in tools or (BASIC, HOSTILE):
+        args += ["--tools", tool]
+    return [*args, *options]
+
+
+def error_of(result: mcp_types.CallToolResult) -> dict[str, Any]:
+    assert result.is_error, result
+    assert result.meta is not None
+    error: dict[str, Any] = result.meta["xcsh-run/error"]
+    assert result.structured_content is not None
+    assert result.structured_content["error"]["kind"] == error["kind"]
+    return error
+
+
+def text_of(result: mcp_types.CallToolResult) -> str:
+    return "\n".join(b.text for b in result.content if isinstance(b, mcp_types.TextContent))
+
+
+@asynccontextmanager
+async def session(
+    *tools: str,
+    options: tuple[str, ...] = (),
+    message_handler: Callable[[Any], Awaitable[None]] | None = None,
+) -> AsyncIterator[ClientSession]:
+    """An initialized SDK session with `xcsh-run serve`; its stderr goes to serve.log."""
+    params = StdioServerParameters(
+        command=XCSH_RUN, args=serve_args(*tools, options=options), env=dict(os.environ), cwd=os.getcwd()
+    )
+    with open("serve.log", "w") as log:
+        async with (
+            stdio_client(params, errlog=log) as (read, write),
+            ClientSession(read, write, read_timeout_seconds=DEADLINE, message_handler=message_handler) as s,
+        ):
+            await s.initialize()
+            yield s
+
+
+async def start_busy(
+    nursery: trio.Nursery, s: ClientSession, tool: str
+) -> tuple[trio.CancelScope, str, list[mcp_types.CallToolResult]]:
+    """Start `tool` in the background; return once its first update (as progress) arrived."""
+    scope = trio.CancelScope()
+    started = trio.Event()
+    message: list[str] = []
+    results: list[mcp_types.CallToolResult] = []
+
+    async def on_progress(progress: float, total: float | None, text: str | None) -> None:
+        if text is not None and not started.is_set():
+            message.append(text)
+            started.set()
+
+    async def call() -> None:
+        with scope:
+            results.append(await s.call_tool(tool, {}, progress_callback=on_progress))
+
+    nursery.start_soon(call)
+    await started.wait()
+    return scope, message[0], results
+
+
+async def wait_exited(pid: int) -> None:
+    """Wait (without polling) until process `pid` is gone: a pidfd turns readable when it exits."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        await trio.lowlevel.wait_readable(fd)
+    finally:
+        os.close(fd)
+
+
+# --- the handshake -------------------------------------------------------------
+
+
+async def test_initialize_negotiates_the_sdks_latest_handshake_version() -> None:
+    with trio.fail_after(DEADLINE):
+        params = StdioServerParameters(command=XCSH_RUN, args=serve_args(BASIC), env=dict(os.environ))
+        async with stdio_client(params, errlog=sys.stderr) as (read, write), ClientSession(read, write) as s:
+            result = await s.initialize()
+            assert result.protocol_version == LATEST_HANDSHAKE_VERSION == "2025-11-25"
+            assert result.capabilities.tools is not None
+            assert result.capabilities.tools.list_changed is True
+            assert result.server_info.name == "xcsh-run"
+            assert await s.send_ping() is not None
+
+
+async def test_high_level_client_probes_discover_then_falls_back_to_initialize() -> None:
+    # Client(mode="auto") first sends server/discover (2026-07-28); "method not
+    # found" must make it fall back to the initialize handshake.
+    with trio.fail_after(DEADLINE):
+        params = StdioServerParameters(command=XCSH_RUN, args=serve_args(BASIC), env=dict(os.environ))
+        async with Client(params, read_timeout_seconds=DEADLINE) as client:
+            assert client.protocol_version == "2025-11-25"
+            result = await client.call_tool("add", {"a": 40, "b": 2})
+            assert text_of(result) == "42"
+
+
+@pytest.mark.parametrize("asked", [*HANDSHAKE_PROTOCOL_VERSIONS, "2026-07-28", "1999-01-01"])
+async def test_version_negotiation_echoes_supported_versions_else_offers_the_latest(asked: str) -> None:
+    with trio.fail_after(DEADLINE):
+        async with raw_server(BASIC) as server:
+            init = await server.request("initialize", {"protocolVersion": asked, "capabilities": {}, "clientInfo": {}})
+            expected = asked if asked in HANDSHAKE_PROTOCOL_VERSIONS else "2025-11-25"
+            assert init["result"]["protocolVersion"] == expected
+            tools = (await server.request("tools/list"))["result"]["tools"]
+            add = next(t for t in tools if t["name"] == "add")
+            # `title` arrived in 2025-06-18: older clients do not get it.
+            assert ("title" in add) == (expected >= "2025-06-18")
+
+
+# --- tools/list and tools/call ---------------------------------------------------
+
+
+async def test_list_tools_maps_label_to_title_and_leaves_hidden_tools_out(extra: str) -> None:
+    with trio.fail_after(DEADLINE):
+        async with session(BASIC, extra) as s:
+            tools = {t.name: t for t in (await s.list_tools()).tools}
+            assert "secret" not in tools
+            assert {"echo", "add", "progress", "shown", "spin"} <= set(tools)
+            assert tools["add"].title == "Add"
+            assert tools["shown"].title == "Shown Tool"
+            assert tools["shown"].description == "A visible tool"
+            schema = tools["add"].input_schema
+            assert schema["type"] == "object"
+            assert schema["required"] == ["a"]
+            assert schema["properties"]["a"] == {"type": "integer"}
+            echo = tools["echo"].input_schema
+            assert echo["additionalProperties"] is False
+            # Not listed, but still callable by name, like through the runner.
+            assert text_of(await s.call_tool("secret", {})) == "secret!"
+
+
+async def test_call_tool_returns_content_and_details() -> None:
+    with trio.fail_after(DEADLINE):
+        async with session(BASIC) as s:
+            result = await s.call_tool("add", {"a": 2, "b": 3})
+            assert not result.is_error
+            assert text_of(result) == "5"
+            assert result.meta == {"xcsh-run/details": {"sum": 5}}
+            assert result.structured_content is None
+            result = await s.call_tool("echo", {"text": "ab", "times": 3})
+            assert text_of(result) == "ababab"
+
+
+async def test_progress_notifications_count_up_to_the_last_update() -> None:
+    with trio.fail_after(DEADLINE):
+        async with session(BASIC) as s:
+            seen: list[float] = []
+            last = trio.Event()
+
+            async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+                seen.append(progress)
+                if progress == 50:
+                    last.set()
+
+            result = await s.call_tool("progress", {"count": 50}, progress_callback=on_progress)
+            assert text_of(result) == "done"
+            # The SDK runs progress callbacks in tasks of their own: wait for the last one.
+            await last.wait()
+            # Updates may be coalesced when they outpace the client, but the
+            # counter only increases and the last update is always sent.
+            assert seen == sorted(set(seen))
+            assert seen[-1] == 50
+
+
+@pytest.mark.parametrize("tool", ["busy_loop", "sleeper", "async_sleeper"])
+async def test_cancelling_a_hostile_tool_keeps_the_session_usable(tool: str) -> None:
+    with trio.fail_after(DEADLINE):
+        async with session() as s, trio.open_nursery() as nursery:
+            scope, message, results = await start_busy(nursery, s, tool)
+            assert message == "started"  # the tool's first update, as the progress message
+            scope.cancel()  # the SDK sends notifications/cancelled for the request
+            assert results == []
+            assert text_of(await s.call_tool("add", {"a": 1})) == "1"
+            # Survivors are checked when the session ends, by the autouse fixture.
+
+
+@pytest.mark.parametrize("tool", ["spin", "stubborn"])
+async def test_cancel_kills_the_worker_through_the_ladder(extra: str, tool: str) -> None:
+    with trio.fail_after(DEADLINE):
+        async with session(BASIC, extra) as s:
+            async with trio.open_nursery() as nursery:
+                scope, message, _ = await start_busy(nursery, s, tool)
+                pid = int(message.split()[1])
+                assert os.path.exists(f"/proc/{pid}")
+                scope.cancel()
+            # `stubborn` ignores SIGTERM: the ladder's kill ends it after the grace.
+            await wait_exited(pid)
+            assert text_of(await s.call_tool("echo", {"text": "still here"})) == "still here"
+
+
+@pytest.mark.parametrize(
+    ("tool", "evidence"),
+    [("os_exit", {"exit_code": 13}), ("segfault", {"signal": "SIGSEGV"}), ("sigkill_self", {"signal": "SIGKILL"})],
+)
+async def test_a_crash_is_an_error_result_and_the_session_survives(tool: str, evidence: dict[str, Any]) -> None:
+    with trio.fail_after(DEADLINE):
+        async with session() as s:
+            result = await s.call_tool(tool, {})
+            error = error_of(result)
+            assert error["kind"] == "crashed"
+            assert evidence.items() <= error.items()
+            assert text_of(result) == error["message"]
+            assert text_of(await s.call_tool("add", {"a": 2})) == "2"
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "kind"),
+    [
+        ("raises", {}, "tool_error"),
+        ("bad_result", {}, "tool_error"),
+        ("add", {"a": "x"}, "invalid_arguments"),
+        ("echo", {"text": 1}, "invalid_arguments"),
+        ("ad", {}, "not_found"),
+        ("sys_exit", {}, "tool_error"),  # SystemExit is caught in the worker
+    ],
+)
+async def test_every_failure_kind_is_an_is_error_result(tool: str, arguments: dict[str, Any], kind: str) -> None:
+    with trio.fail_after(DEADLINE):
+        async with session(BASIC) as s:
+            result = await s.call_tool(tool, arguments)
+            error = error_of(result)
+            assert error["kind"] == kind
+            if kind == "not_found":
+                assert "did you mean 'add'" in error["message"]
+            if kind == "invalid_arguments":
+                assert error["path"].startswith("$")
+
+
+async def test_timeout_is_an_error_result_with_its_rung() -> None:
+    with trio.fail_after(DEADLINE):
+        async with session(HOSTILE, options=("--timeout", "0.5")) as s:
+            error = error_of(await s.call_tool("sleeper", {}))
+            assert error["kind"] == "timeout"
+            assert error["rung"] in ("cooperative", "killed")
+
+
+async def test_a_long_call_does_not_block_other_requests() -> None:
+    with trio.fail_after(DEADLINE):
+        async with session() as s, trio.open_nursery() as nursery:
+            scope, _, results = await start_busy(nursery, s, "busy_loop")
+            await s.send_ping()
+            assert "busy_loop" in {t.name for t in (await s.list_tools()).tools}
+            assert text_of(await s.call_tool("echo", {"text": "meanwhile"})) == "meanwhile"
+            assert results == []  # still running
+            scope.cancel()
+
+
+async def test_oversized_request_from_the_sdk_fails_that_request_only() -> None:
+    with trio.fail_after(DEADLINE):
+        async with session(BASIC, options=("--max-message-bytes", "4096")) as s:
+            with pytest.raises(MCPError) as caught:
+                await s.call_tool("echo", {"text": "x" * 10_000})
+            assert caught.value.code == -32600
+            assert "too large" in caught.value.error.message
+            assert text_of(await s.call_tool("echo", {"text": "x" * 3000})) == "x" * 3000
+
+
+async def test_tools_list_changed_when_tool_files_change(tmp_path: Path) -> None:
+    folder = tmp_path / "tools"
+    folder.mkdir()
+    tool_module(folder, "a", "alpha", "first")
+    send, receive = trio.open_memory_channel[None](10)
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            await send.send(None)
+
+    async def names(s: ClientSession) -> dict[str, str | None]:
+        return {t.name: t.description for t in (await s.list_tools()).tools}
+
+    with trio.fail_after(DEADLINE * 2):
+        async with session(str(folder), message_handler=on_message) as s:
+            assert await names(s) == {"alpha": "first"}
+            tool_module(folder, "b", "beta", "second")  # a new file in a watched folder
+            await receive.receive()
+            assert await names(s) == {"alpha": "first", "beta": "second"}
+            assert text_of(await s.call_tool("beta", {})) == "beta says hi"
+            tool_module(folder, "a", "alpha", "first, edited")  # a changed file
+            await receive.receive()
+            assert await names(s) == {"alpha": "first, edited", "beta": "second"}
+            (folder / "b.py").unlink()  # a removed file
+            await receive.receive()
+            assert await names(s) == {"alpha": "first, edited"}
+            result = await s.call_tool("beta", {})
+            assert error_of(result)["kind"] == "not_found"
+
+
+# --- the raw wire ------------------------------------------------------------------
+
+
+class RawServer:
+    """`xcsh-run serve` on plain pipes: every stdout line must be one JSON-RPC message."""
+
+    def __init__(self, process: trio.Process) -> None:
+        self.process = process
+        self.messages: list[dict[str, Any]] = []  # everything received, in order
+        self._buffer = b""
+        self._ids = iter(range(1000, 10**6))
+        self.stderr = b""
+        self._stderr_changed = trio.Event()
+
+    async def send_line(self, line: bytes) -> None:
+        assert self.process.stdin is not None
+        await self.process.stdin.send_all(line + b"\n")
+
+    async def send(self, message: dict[str, Any]) -> None:
+        await self.send_line(json.dumps(message).encode())
+
+    async def receive(self) -> dict[str, Any] | None:
+        """The next message, or None at EOF."""
+        assert self.process.stdout is not None
+        while b"\n" not in self._buffer:
+            chunk = await self.process.stdout.receive_some(65536)
+            if not chunk:
+                assert self._buffer == b"", f"a partial line before EOF: {self._buffer[:200]!r}"
+                return None
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        message = json.loads(line)  # fails the test if stdout carries anything else
+        assert isinstance(message, dict)
+        assert message["jsonrpc"] == "2.0"
+        self.messages.append(message)
+        return message
+
+    async def response(self, request_id: object) -> dict[str, Any]:
+        while True:
+            message = await self.receive()
+            assert message is not None, f"EOF before the response to {request_id!r}"
+            if "method" not in message and message.get("id") == request_id:
+                return message
+
+    async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        request_id = next(self._ids)
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        await self.send(message)
+        return await self.response(request_id)
+
+    async def initialize(self) -> None:
+        init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}
+        assert "result" in await self.request("initialize", init)
+        await self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    async def close_and_drain(self) -> int:
+        """Close stdin, read stdout to EOF, and return the exit status."""
+        assert self.process.stdin is not None
+        await self.process.stdin.aclose()
+        while await self.receive() is not None:
+            pass
+        return await self.process.wait()
+
+    async def pump_stderr(self) -> None:
+        assert self.process.stderr is not None
+        while chunk := await self.process.stderr.receive_some(65536):
+            self.stderr += chunk
+            self._stderr_changed.set()
+            self._stderr_changed = trio.Event()
+
+    async def stderr_contains(self, fragment: bytes) -> None:
+        while fragment not in self.stderr:
+            await self._stderr_changed.wait()
+
+
+@asynccontextmanager
+async def raw_server(*tools: str, options: tuple[str, ...] = ()) -> AsyncIterator[RawServer]:
+    process = await trio.lowlevel.open_process(
+        [XCSH_RUN, *serve_args(*tools, options=options)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    server = RawServer(process)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server.pump_stderr)
+            yield server
+            if process.returncode is None:
+                assert await server.close_and_drain() == 0, server.stderr.decode(errors="replace")
+    finally:
+        if process.returncode is None:  # only on failures: the test already failed
+            process.kill()
+            with trio.CancelScope(shield=True):
+                await process.wait()
+
+
+GARBAGE: list[tuple[bytes, int, object]] = [
+    (b"not json", -32700, None),
+    (b'{"jsonrpc":"2.0","id":1,"method":"ping"', -32700, None),
+    (b'{"jsonrpc":"2.0","id":1,"method":"\xff\xfe"}', -32700, None),
+    (b"[" * 100_000, -32700, None),
+    (b"[]", -32600, None),
+    (b'[{"jsonrpc":"2.0","id":1,"method":"ping"}]', -32600, None),
+    (b"42", -32600, None),
+    (b"{}", -32600, None),
+    (b'{"jsonrpc":"1.0","id":7,"method":"ping"}', -32600, 7),
+    (b'{"jsonrpc":"2.0","id":8}', -32600, 8),
+    (b'{"jsonrpc":"2.0","id":null,"method":"ping"}', -32600, None),
+    (b'{"jsonrpc":"2.0","id":true,"method":"ping"}', -32600, None),
+    (b'{"jsonrpc":"2.0","id":1.5,"method":"ping"}', -32600, None),
+    (b'{"jsonrpc":"2.0","id":9,"method":5}', -32600, 9),
+    (b'{"jsonrpc":"2.0","id":10,"method":"no/such/method"}', -32601, 10),
+    (b'{"jsonrpc":"2.0","id":11,"method":"server/discover","params":{}}', -32601, 11),
+    (b'{"jsonrpc":"2.0","id":12,"method":"tools/call","params":[1,2]}', -32602, 12),
+    (b'{"jsonrpc":"2.0","id":13,"method":"tools/call","params":{"arguments":{}}}', -32602, 13),
+    (b'{"jsonrpc":"2.0","id":"s","method":"tools/list","params":{"cursor":"x"}}', -32602, "s"),
+    (b'{"jsonrpc":"2.0","id":14,"method":"initialize","params":{}}', -32602, 14),
+]
+
+
+async def test_garbage_gets_json_rpc_errors_and_the_server_keeps_serving() -> None:
+    with trio.fail_after(DEADLINE):
+        async with raw_server(BASIC) as server:
+            await server.initialize()
+            for line, code, request_id in GARBAGE:
+                # One at a time: error responses to garbage have no id to match.
+                await server.send_line(line)
+                message = await server.receive()
+                assert message is not None
+                assert message.get("id", "missing") == request_id, line[:80]
+                assert message["error"]["code"] == code, (line[:80], message)
+            # Notifications are never answered, even malformed ones: the next
+            # message is the ping's response.
+            await server.send_line(b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":5}')
+            await server.send_line(b'{"jsonrpc":"2.0","method":"notifications/whatever"}')
+            await server.send_line(b"")
+            await server.send({"jsonrpc": "2.0", "id": 99, "method": "ping"})
+            assert await server.receive() == {"jsonrpc": "2.0", "id": 99, "result": {}}
+            result = (await server.request("tools/call", {"name": "add", "arguments": {"a": 3}}))["result"]
+            assert result["content"] == [{"type": "text", "text": "3"}]
+
+
+@pytest.mark.parametrize("limit", [4096, None])
+async def test_oversized_lines_are_rejected_and_the_server_keeps_serving(limit: int | None) -> None:
+    size = 10_000 if limit is not None else 16 * 2**20 + 1000
+    options = ("--max-message-bytes", str(limit)) if limit is not None else ()
+    with trio.fail_after(DEADLINE):
+        async with raw_server(BASIC, options=options) as server:
+            await server.initialize()
+            call = {"name": "echo", "arguments": {"text": "x" * size}}
+            await server.send({"jsonrpc": "2.0", "id": 21, "method": "tools/call", "params": call})
+            error = (await server.response(21))["error"]
+            assert error["code"] == -32600
+            assert "too large" in error["message"]
+            # Without a leading id, the error has id null.
+            await server.send({"method": "tools/call", "params": call, "jsonrpc": "2.0", "id": 22})
+            message = await server.receive()
+            assert message is not None
+            assert message["id"] is None
+            assert message["error"]["code"] == -32600
+            result = (await server.request("tools/call", {"name": "echo", "arguments": {"text": "fits"}}))["result"]
+            assert result["content"] == [{"type": "text", "text": "fits"}]
+
+
+async def test_progress_precedes_the_response_on_the_wire() -> None:
+    with trio.fail_after(DEADLINE):
+        async with raw_server(BASIC) as server:
+            await server.initialize()
+            params = {"name": "progress", "arguments": {"count": 200}, "_meta": {"progressToken": "tok"}}
+            response = await server.request("tools/call", params)
+            assert response["result"]["_meta"]["xcsh-run/details"] == 200
+            progress = [m["params"] for m in server.messages if m.get("method") == "notifications/progress"]
+            assert progress, "no progress notification before the response"
+            assert all(p["progressToken"] == "tok" for p in progress)
+            counters = [p["progress"] for p in progress]
+            assert counters == sorted(set(counters))
+            assert counters[-1] == 200
+            # Without a progressToken, no progress at all.
+            before = len(server.messages)
+            await server.request("tools/call", {"name": "progress", "arguments": {"count": 5}})
+            assert [m for m in server.messages[before:] if "method" in m] == []
+
+
+async def test_a_cancelled_request_gets_no_response(extra: str) -> None:
+    with trio.fail_after(DEADLINE):
+        async with raw_server(BASIC, extra) as server:
+            await server.initialize()
+            params = {"name": "spin", "arguments": {}, "_meta": {"progressToken": 1}}
+            await server.send({"jsonrpc": "2.0", "id": 31, "method": "tools/call", "params": params})
+            first = await server.receive()
+            assert first is not None
+            assert first["method"] == "notifications/progress"
+            pid = int(first["params"]["message"].split()[1])
+            await server.send(
+                {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 31, "reason": "test"}}
+            )
+            await wait_exited(pid)
+            # The server logs when it decided not to answer: from then on, a
+            # response to 31 could no longer come.
+            await server.stderr_contains(b"request 31 (tools/call) ended after its cancellation; no response sent")
+            # A late cancel for a finished request, or one for an unknown id, is ignored.
+            for stale in (31, 12345, "nope"):
+                await server.send(
+                    {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": stale}}
+                )
+            assert (await server.request("ping"))["result"] == {}
+            assert await server.close_and_drain() == 0
+            assert [m for m in server.messages if m.get("id") == 31] == []
+
+
+async def test_stdin_eof_stops_calls_and_exits_zero_with_no_worker_left() -> None:
+    with trio.fail_after(DEADLINE):
+        async with raw_server() as server:
+            await server.initialize()
+            params = {"name": "ignore_sigterm", "arguments": {}, "_meta": {"progressToken": "t"}}
+            await server.send({"jsonrpc": "2.0", "id": 41, "method": "tools/call", "params": params})
+            started = await server.receive()
+            assert started is not None
+            assert started["params"]["message"] == "started"
+            assert await server.close_and_drain() == 0
+            assert marked_processes() == []
+            # The call was not cancelled by the client, so it is answered: why it stopped.
+            response = next(m for m in server.messages if m.get("id") == 41)
+            error = response["result"]["_meta"]["xcsh-run/error"]
+            assert response["result"]["isError"] is True
+            assert error["kind"] == "cancelled"
+            assert "stdin closed" in error["message"]
+
+
+async def test_stdout_carries_nothing_but_protocol_whatever_tools_print() -> None:
+    with trio.fail_after(DEADLINE):
+        async with raw_server() as server:
+            await server.initialize()
+            flood = await server.request("tools/call", {"name": "flood", "arguments": {"rounds": 20}})
+            assert flood["result"]["content"] == [{"type": "text", "text": "flooded"}]
+            # Garbage written to every fd, the worker's protocol pipe included: that call
+            # breaks its own pipe (protocol_error), never the MCP stream.
+            garbage = await server.request("tools/call", {"name": "garbage_fds", "arguments": {}})
+            assert garbage["result"]["_meta"]["xcsh-run/error"]["kind"] == "protocol_error"
+            # Every line so far parsed as JSON-RPC (RawServer.receive asserts it), and so do the last ones.
+            assert await server.close_and_drain() == 0
+            # The fake frames the tool printed (a result saying FORGED) stayed data: at most
+            # quoted in a stderr tail, never a result.
+            texts = [b.get("text") for m in server.messages for b in m.get("result", {}).get("content", [])]
+            assert "FORGED" not in texts
+
+
+# --- FastMCP's client ------------------------------------------------------------------
+
+
+def test_fastmcp_client_lists_calls_streams_and_sees_errors(extra: str) -> None:
+    # FastMCP's stdio transport needs asyncio, so this test runs its own loop.
+    import asyncio
+
+    from fastmcp import Client as FastClient
+    from fastmcp.client.transports import StdioTransport
+
+    async def main() -> None:
+        transport = StdioTransport(XCSH_RUN, serve_args(BASIC, HOSTILE, extra), env=dict(os.environ), keep_alive=False)
+        async with FastClient(transport, timeout=DEADLINE) as client:
+            tools = {t.name: t for t in await client.list_tools()}
+            assert "secret" not in tools
+            assert tools["add"].title == "Add"
+            result = await client.call_tool("add", {"a": 20, "b": 22})
+            assert result.content[0].text == "42"  # type: ignore[union-attr]
+            assert result.meta == {"xcsh-run/details": {"sum": 42}}
+            seen: list[float] = []
+            done = asyncio.Event()
+
+            async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+                seen.append(progress)
+                if progress == 30:
+                    done.set()
+
+            await client.call_tool("progress", {"count": 30}, progress_handler=on_progress)
+            await done.wait()
+            assert seen == sorted(set(seen))
+            crashed = await client.call_tool("segfault", {}, raise_on_error=False)
+            assert crashed.is_error
+            assert crashed.meta is not None
+            assert crashed.meta["xcsh-run/error"]["signal"] == "SIGSEGV"
+            assert (await client.call_tool("echo", {"text": "ok"})).content[0].text == "ok"  # type: ignore[union-attr]
+
+    asyncio.run(asyncio.wait_for(main(), DEADLINE))
