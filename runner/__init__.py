@@ -30,6 +30,8 @@ from ._host import open_runner as open_runner
 from ._results import ErrorInfo as ErrorInfo
 from ._results import ErrorKind as ErrorKind
 from ._results import ToolResult as ToolResult
+from ._sandbox import SandboxPolicy as SandboxPolicy
+from ._sandbox import SandboxUnavailable as SandboxUnavailable
 from ._sync import run_tool_sync as run_tool_sync
 
 __version__ = "0.1.0"
@@ -47,6 +49,8 @@ __all__ = [
     "Runner",
     "RunnerError",
     "RunnerStatistics",
+    "SandboxPolicy",
+    "SandboxUnavailable",
     "ToolInfo",
     "ToolResult",
     "ToolSource",

@@ -42,6 +42,34 @@ def _own_v2_path() -> str | None:
     return None
 
 
+def _own_v1_path(controller: str) -> str | None:
+    try:
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                _, controllers, path = line.rstrip("\n").split(":", 2)
+                if controller in controllers.split(","):
+                    return path
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _v1_root(controller: str) -> Path | None:
+    """``xcsh-run.<pid>`` under our own cgroup of a v1 ``controller``, or None if not writable."""
+    mount = Path("/sys/fs/cgroup") / controller
+    own = _own_v1_path(controller)
+    if own is None or not (mount / "cgroup.procs").exists():
+        return None
+    base = mount / own.lstrip("/")
+    sweep_stale(base)
+    path = base / f"{_PREFIX}{os.getpid()}"
+    try:
+        path.mkdir(exist_ok=True)
+    except OSError:
+        return None
+    return path
+
+
 def _v2_mount() -> Path | None:
     for candidate in _V2_CANDIDATES:
         root = Path(candidate)
@@ -51,10 +79,17 @@ def _v2_mount() -> Path | None:
 
 
 class CgroupRoot:
-    """The per-host parent cgroup under which every worker gets a child."""
+    """The per-host parent cgroups under which every worker gets a child.
+
+    ``path`` is the cgroup v2 parent (the kill boundary). ``memory`` and
+    ``pids`` are cgroup v1 parents for limits, on hybrid hosts whose v2
+    hierarchy has no controllers (None where not available).
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.memory = _v1_root("memory")
+        self.pids = _v1_root("pids")
         self._next = 0
 
     @classmethod
@@ -77,14 +112,45 @@ class CgroupRoot:
             return None
         return cls(path)
 
-    def new_child(self) -> Path:
+    def new_boundary(self, *, memory_bytes: int | None = None, max_procs: int | None = None) -> Boundary:
+        """A fresh per-worker cgroup, with the limits set before any process is in it."""
         self._next += 1
-        child = self.path / f"w{self._next}"
+        name = f"w{self._next}"
+        child = self.path / name
         child.mkdir()
-        return child
+        limits: dict[str, Path] = {}
+        if memory_bytes is not None and self.memory is not None:
+            mem = self.memory / name
+            mem.mkdir()
+            (mem / "memory.limit_in_bytes").write_text(str(memory_bytes))
+            with contextlib.suppress(OSError):  # absent without swap accounting
+                (mem / "memory.memsw.limit_in_bytes").write_text(str(memory_bytes))
+            limits["memory"] = mem
+        if max_procs is not None and self.pids is not None:
+            pids = self.pids / name
+            pids.mkdir()
+            (pids / "pids.max").write_text(str(max_procs))
+            limits["pids"] = pids
+        return Boundary(child, limits)
 
     def remove(self) -> None:
         kill_and_remove(self.path)
+        for v1 in (self.memory, self.pids):
+            if v1 is not None:
+                _remove_v1(v1)
+
+
+def _remove_v1(path: Path) -> None:
+    # v1 groups cannot be killed as a whole; their members are the v2
+    # boundary's, already dead. Only empty directories remain to remove.
+    try:
+        children = [c for c in path.iterdir() if c.is_dir()]
+    except OSError:
+        children = []
+    for child in children:
+        _remove_v1(child)
+    with contextlib.suppress(OSError):
+        path.rmdir()
 
 
 def _populated(path: Path) -> bool:
@@ -166,10 +232,12 @@ def _alive(pid: int) -> bool:
 class Boundary:
     """One worker's boundary. ``attach`` before the worker runs code; ``kill`` at the end."""
 
-    def __init__(self, cgroup: Path | None) -> None:
+    def __init__(self, cgroup: Path | None, limits: dict[str, Path] | None = None) -> None:
         self.cgroup = cgroup
+        self.limits = limits or {}
         self.pid: int | None = None
         self._procs_fd = -1
+        self._final: tuple[int, int] | None = None  # counters, kept once the groups are removed
 
     @property
     def reliable(self) -> bool:
@@ -184,6 +252,20 @@ class Boundary:
         self.pid = pid
         if self.cgroup is not None:
             (self.cgroup / "cgroup.procs").write_text(str(pid))
+        for group in self.limits.values():
+            (group / "cgroup.procs").write_text(str(pid))
+
+    def oom_kills(self) -> int:
+        """How many processes the memory limit's OOM killer took (v1 ``memory.oom_control``)."""
+        if self._final is not None:
+            return self._final[0]
+        return _counter(self.limits.get("memory"), "memory.oom_control", "oom_kill")
+
+    def pids_limit_hits(self) -> int:
+        """How many forks the process limit refused (v1 ``pids.events``)."""
+        if self._final is not None:
+            return self._final[1]
+        return _counter(self.limits.get("pids"), "pids.events", "max")
 
     def members(self) -> list[int]:
         """Pids inside the boundary. Cheap: checked after every call."""
@@ -206,9 +288,13 @@ class Boundary:
 
     def kill(self) -> bool:
         """Kill the worker and every process it started; True when none is left. Blocking."""
-        if self.cgroup is not None:
-            return kill_and_remove(self.cgroup)
-        return self._kill_fallback()
+        ok = kill_and_remove(self.cgroup) if self.cgroup is not None else self._kill_fallback()
+        if self.limits and self._final is None:
+            # Removing the groups loses their counters: keep the final values.
+            self._final = (self.oom_kills(), self.pids_limit_hits())
+        for group in self.limits.values():
+            _remove_v1(group)
+        return ok
 
     def _kill_fallback(self) -> bool:
         if self.pid is None:
@@ -222,6 +308,19 @@ class Boundary:
         with contextlib.suppress(OSError):
             os.kill(self.pid, signal.SIGKILL)
         return False  # cannot prove nothing escaped
+
+
+def _counter(group: Path | None, filename: str, key: str) -> int:
+    if group is None:
+        return 0
+    try:
+        for line in (group / filename).read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def _descendants(pid: int) -> list[int]:

@@ -33,12 +33,23 @@ import trio
 
 from worker import _protocol as p
 
-from ._boundary import CgroupRoot
+from ._boundary import Boundary, CgroupRoot
 from ._cache import CachedLoad, ModuleCache, default_dir, fingerprint
 from ._discovery import Candidate, ToolSource, discover
 from ._errors import ConfigError, RemoteProtocolError, WorkerDied, WorkerError, describe_exit
 from ._proc import RemoteError, WorkerProcess, WorkerState, _Pending
 from ._results import ErrorKind, ToolResult, error_result
+from ._sandbox import (
+    MiB,
+    Probe,
+    SandboxPolicy,
+    build_env,
+    check,
+    make_workdir,
+    probe,
+    remove_workdir,
+    worker_config,
+)
 from ._validate import ArgumentValidator, SchemaProblem
 
 DEFAULT_TIMEOUT: Final = 60.0
@@ -135,6 +146,11 @@ class Runner:
         home: str | None,
         cache: ModuleCache | None,
         warnings: list[str],
+        sandbox: SandboxPolicy,
+        tool_policies: Mapping[str, SandboxPolicy],
+        probe: Probe,
+        cgroups: CgroupRoot | None,
+        unenforced: list[str],
     ) -> None:
         self._nursery = nursery
         self._home = home
@@ -147,10 +163,16 @@ class Runner:
         self.load_timeout = load_timeout
         self.max_frame_bytes = max_frame_bytes
         self._builtins = frozenset(builtin_tool_names)
-        self._cgroup_root = CgroupRoot.create()
+        self._cgroup_root = cgroups
+        self.sandbox = sandbox
+        self._tool_policies = dict(tool_policies)
+        self._probe = probe
+        self.unenforced = unenforced
         self._tools: dict[str, ToolInfo] = {}
         self._errors: list[LoadError] = []
-        self._idle: dict[str, list[WorkerProcess]] = {}
+        # Idle workers by (module, policy): a worker's sandbox is fixed at spawn.
+        self._idle: dict[tuple[str, SandboxPolicy], list[WorkerProcess]] = {}
+        self._policies: dict[WorkerProcess, SandboxPolicy] = {}
         self._workers: set[WorkerProcess] = set()
         self._starting = 0
         self._started = 0
@@ -158,6 +180,7 @@ class Runner:
         self._calls: dict[str, _Call] = {}
         self._calls_changed = trio.Event()
         self._validators: dict[str, ArgumentValidator] = {}
+        self._checked: set[SandboxPolicy] = set()
         self._closed = False
 
     # --- discovery -------------------------------------------------------------
@@ -304,23 +327,52 @@ class Runner:
 
     # --- workers -----------------------------------------------------------------
 
-    async def _spawn_loaded(self, candidate: Candidate, timeout: float) -> tuple[WorkerProcess, p.LoadResult]:
-        """Start a worker and load ``candidate`` in it, within ``timeout``; raises _LoadFailed."""
+    def policy_for(self, name: str) -> SandboxPolicy:
+        """The sandbox policy a tool runs under (its own, else the runner's)."""
+        return self._tool_policies.get(name, self.sandbox)
+
+    def _new_boundary(self, policy: SandboxPolicy) -> Boundary:
+        if self._cgroup_root is None:
+            return Boundary(None)
+        contained = policy.level != "none"
+        return self._cgroup_root.new_boundary(
+            memory_bytes=policy.memory_mb * MiB if contained and policy.memory_mb is not None else None,
+            max_procs=policy.max_procs if contained else None,
+        )
+
+    async def _spawn_loaded(
+        self, candidate: Candidate, timeout: float, policy: SandboxPolicy | None = None
+    ) -> tuple[WorkerProcess, p.LoadResult]:
+        """Start a worker under ``policy`` and load ``candidate`` in it, within ``timeout``; raises _LoadFailed."""
+        policy = policy or self.sandbox
         module = candidate.resolved
         worker: WorkerProcess | None = None
         ok = False
         self._starting += 1
         try:
             with trio.move_on_after(timeout) as scope:
+                workdir = make_workdir() if policy.level != "none" else None
+                env = build_env(policy, self._env, workdir) if workdir is not None else self._env
+                try:
+                    config = worker_config(policy, self._probe, module=module, cwd=self.cwd, workdir=workdir, env=env)
+                    boundary = self._new_boundary(policy)
+                except BaseException:
+                    if workdir is not None:
+                        remove_workdir(workdir)
+                    raise
                 worker = await WorkerProcess.start(
                     self._nursery,
                     module=module,
                     cwd=self.cwd,
-                    env=self._env,
-                    cgroup_root=self._cgroup_root,
+                    env=env,
+                    boundary=boundary,
                     max_frame_bytes=self.max_frame_bytes,
+                    sandbox=config,
+                    workdir=workdir,
+                    output_limit=policy.output_mb * MiB if policy.output_mb is not None else None,
                 )
                 self._workers.add(worker)
+                self._policies[worker] = policy
                 self._started += 1
                 params = p.LoadParams(
                     path=module, module=candidate.module, sys_path=candidate.sys_path, factory=candidate.factory
@@ -338,6 +390,8 @@ class Runner:
         except RemoteError as exc:
             # The module itself refused to load: the same file will fail the same way.
             raise _LoadFailed(exc.error.message, _tail(worker), deterministic=True) from None
+        except ConfigError as exc:
+            raise _LoadFailed(f"{module}: {exc}") from None
         except WorkerDied as exc:
             raise _LoadFailed(
                 f"{module}: the worker {describe_exit(exc.returncode)} while loading the module"
@@ -352,16 +406,16 @@ class Runner:
                 with trio.CancelScope(shield=True):
                     await self._retire(worker)
 
-    async def _acquire(self, info: ToolInfo, timeout: float) -> WorkerProcess:
+    async def _acquire(self, info: ToolInfo, timeout: float, policy: SandboxPolicy) -> WorkerProcess:
         module = info.module
-        idle = self._idle.get(module, [])
+        idle = self._idle.get((module, policy), [])
         while idle:
             worker = idle.pop()
             if worker.alive:
                 worker.state = WorkerState.BUSY
                 return worker
             await self._retire(worker)
-        worker, result = await self._spawn_loaded(self._candidates[module], timeout)
+        worker, result = await self._spawn_loaded(self._candidates[module], timeout, policy)
         if not any(d.name == info.name for d in result.tools):
             # The file changed since it was described (or the cache is stale
             # in a way its fingerprint missed): do not run something else.
@@ -378,19 +432,25 @@ class Runner:
         if self._closed:
             self._nursery.start_soon(self._retire, worker)
             return
-        self._idle.setdefault(worker.module, []).append(worker)
+        self._idle.setdefault((worker.module, self._policies[worker]), []).append(worker)
 
     async def _retire(self, worker: WorkerProcess) -> None:
-        idle = self._idle.get(worker.module)
+        idle = self._idle.get((worker.module, self._policies.get(worker, self.sandbox)))
         if idle and worker in idle:
             idle.remove(worker)
         await worker.kill()
         self._workers.discard(worker)
+        self._policies.pop(worker, None)
 
     def _reusable(self, worker: WorkerProcess) -> bool:
         # A call that left processes behind (a daemon, a background job)
         # retires its worker: nothing a call started may outlive the call.
-        return worker.alive and worker.boundary.members() in ([], [worker.pid])
+        if not worker.alive or worker.boundary.members() not in ([], [worker.pid]):
+            return False
+        # RLIMIT_CPU counts a process's whole life: retire a warm worker well
+        # before a later call could be killed for what earlier calls used.
+        budget = self._policies[worker].cpu_seconds
+        return budget is None or worker.cpu_seconds() < budget / 2
 
     # --- calls ---------------------------------------------------------------------
 
@@ -419,6 +479,7 @@ class Runner:
         timeout: float | None = None,
         tool_call_id: str | None = None,
         ctx: Mapping[str, Any] | None = None,
+        sandbox: SandboxPolicy | None = None,
     ) -> ToolResult:
         """Run one tool call to its single terminal result.
 
@@ -432,6 +493,7 @@ class Runner:
                 runner's default. Starting a worker counts against it.
             tool_call_id: an id for :meth:`cancel` and for the tool; generated if absent.
             ctx: read-only state shared with the tool as ``ctx``.
+            sandbox: this call's policy, instead of the tool's or the runner's.
 
         Returns:
             The result; ``is_error`` is True for every failure.
@@ -464,8 +526,12 @@ class Runner:
             raw_args = p.encode_value(args)
         except (TypeError, msgspec.EncodeError) as exc:
             return error_result(ErrorKind.INVALID_ARGUMENTS, f"arguments are not JSON-serialisable: {exc}", path="$")
+        policy = sandbox if sandbox is not None else self.policy_for(name)
+        if policy is not self.sandbox and policy not in self._checked:
+            check(policy, self._probe)  # fail closed before anything runs
+            self._checked.add(policy)
         if timeout is None:
-            timeout = info.timeout if info.timeout is not None else self.default_timeout
+            timeout = info.timeout if info.timeout is not None else (policy.wall_seconds or self.default_timeout)
         if not (timeout > 0 and math.isfinite(timeout)):
             raise ConfigError(f"timeout must be a positive number of seconds, got {timeout!r}")
         if call_id in self._calls:
@@ -473,7 +539,10 @@ class Runner:
         call = _Call(call_id)
         self._calls[call_id] = call
         try:
-            return await self._run_call(info, call, raw_args, dict(ctx or {}), on_update, timeout)
+            result = await self._run_call(info, call, raw_args, dict(ctx or {}), on_update, timeout, policy)
+            if self.unenforced and policy is self.sandbox:
+                result = msgspec.structs.replace(result, unenforced=list(self.unenforced))
+            return result
         finally:
             del self._calls[call_id]
             self._calls_changed.set()
@@ -511,6 +580,7 @@ class Runner:
         ctx: dict[str, Any],
         on_update: UpdateCallback | None,
         timeout: float,
+        policy: SandboxPolicy,
     ) -> ToolResult:
         worker: WorkerProcess | None = None
         pending: _Pending | None = None
@@ -532,7 +602,7 @@ class Runner:
                 if call.reason is not None:
                     scope.cancel()
                 try:
-                    worker = await self._acquire(info, timeout)
+                    worker = await self._acquire(info, timeout, policy)
                 except _LoadFailed as exc:
                     return error_result(ErrorKind.LOAD_ERROR, str(exc), stderr_tail=exc.stderr_tail, module=info.module)
                 params = p.CallParams(call_id=call.call_id, tool=info.name, arguments=raw_args, ctx=ctx)
@@ -560,7 +630,7 @@ class Runner:
                     module=info.module,
                 )
             assert worker is not None and pending is not None
-            result = self._interpret(info, worker, pending)
+            result = _limits(self._interpret(info, worker, pending), worker, policy)
             reusable = result.kind in (None, "tool_error", "invalid_arguments") and self._reusable(worker)
             return result
         except BaseException:
@@ -677,6 +747,40 @@ class Runner:
         self._workers.discard(worker)
 
 
+def _limits(result: ToolResult, worker: WorkerProcess, policy: SandboxPolicy) -> ToolResult:
+    """Name the sandbox limit behind a failure, when one was hit."""
+    if result.kind not in ("crashed", "tool_error"):
+        return result
+    err = result.error
+    assert err is not None
+    limit, why = None, ""
+    if worker.output_exceeded:
+        limit, why = "output", f"the worker wrote more than {policy.output_mb} MiB to stdout and stderr"
+    elif worker.boundary.oom_kills():
+        limit, why = "memory", f"the tool's processes went over the {policy.memory_mb} MiB memory limit (OOM kill)"
+    elif err.signal == "SIGXCPU" or (err.signal == "SIGKILL" and _near_cpu_limit(worker, policy)):
+        limit, why = "cpu", f"the worker used its {policy.cpu_seconds} s of CPU time"
+    elif worker.boundary.pids_limit_hits():
+        limit, why = "processes", f"the tool tried to run more than {policy.max_procs} processes"
+    if limit is None:
+        return result
+    return error_result(
+        ErrorKind.LIMIT_EXCEEDED,
+        f"{limit} limit exceeded: {why}; raise it in the sandbox policy if the tool needs more",
+        limit=limit,
+        exit_code=err.exit_code,
+        signal=err.signal,
+        stderr_tail=err.stderr_tail,
+        traceback=err.traceback,
+        module=err.module,
+    )
+
+
+def _near_cpu_limit(worker: WorkerProcess, policy: SandboxPolicy) -> bool:
+    # SIGKILL at the hard limit (soft + 5 s), for a tool that ignored SIGXCPU.
+    return policy.cpu_seconds is not None and worker.cpu_seconds() >= policy.cpu_seconds
+
+
 def _version() -> str:
     from . import __version__
 
@@ -722,6 +826,8 @@ async def open_runner(
     cache: bool = True,
     cache_dir: str | os.PathLike[str] | None = None,
     home: str | os.PathLike[str] | None = None,
+    sandbox: SandboxPolicy | None = None,
+    tool_policies: Mapping[str, SandboxPolicy] | None = None,
 ) -> AsyncIterator[Runner]:
     """Discover tools and own their workers for the duration of the block.
 
@@ -741,6 +847,13 @@ async def open_runner(
             again on the next run (see ``runner._cache``).
         cache_dir: where; default ``$XDG_CACHE_HOME/xcsh-run`` or ``~/.cache/xcsh-run``.
         home: the user's home for discovery; default ``$HOME``.
+        sandbox: the policy of every worker (default: ``SandboxPolicy()``,
+            the ``contained`` level). See :class:`SandboxPolicy`.
+        tool_policies: per-tool policies by tool name, instead of ``sandbox``.
+
+    Raises:
+        SandboxUnavailable: a policy asks for what this machine cannot
+            enforce (the message names the missing kernel feature).
 
     Cancellation: leaving the block (normally, by exception or by
     cancellation) stops every worker and waits until none is left.
@@ -755,8 +868,28 @@ async def open_runner(
         raise ConfigError(f"cwd {work_dir!r} is not a directory")
     warnings: list[str] = []
     module_cache = None
+    cache_root = Path(cache_dir) if cache_dir is not None else default_dir()
     if cache:
-        module_cache = ModuleCache(Path(cache_dir) if cache_dir is not None else default_dir(), warnings)
+        module_cache = ModuleCache(cache_root, warnings)
+    policy = sandbox if sandbox is not None else SandboxPolicy()
+    cgroups = CgroupRoot.create()
+    try:
+        found = await trio.to_thread.run_sync(
+            lambda: probe(
+                cache_root if cache else None,
+                cgroup_v2=cgroups is not None,
+                memory_cgroup=cgroups is not None and cgroups.memory is not None,
+                pids_cgroup=cgroups is not None and cgroups.pids is not None,
+            )
+        )
+        # Fail closed, before any worker exists.
+        unenforced = check(policy, found)
+        for tool_policy in (tool_policies or {}).values():
+            check(tool_policy, found)
+    except BaseException:
+        if cgroups is not None:
+            await trio.to_thread.run_sync(cgroups.remove)
+        raise
     async with trio.open_nursery() as nursery:
         runner = Runner(
             nursery,
@@ -770,6 +903,11 @@ async def open_runner(
             home=os.fspath(home) if home is not None else None,
             cache=module_cache,
             warnings=warnings,
+            sandbox=policy,
+            tool_policies=tool_policies or {},
+            probe=found,
+            cgroups=cgroups,
+            unenforced=unenforced,
         )
         try:
             await runner.load(tool_paths, discover_sources=discover_sources)

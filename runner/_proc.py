@@ -25,11 +25,14 @@ import enum
 import fcntl
 import itertools
 import os
+import resource
+import shutil
 import signal
 import subprocess
 import sys
 from collections import deque
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, Final
 
 import msgspec
@@ -37,7 +40,7 @@ import trio
 
 from worker import _protocol as p
 
-from ._boundary import Boundary, CgroupRoot
+from ._boundary import Boundary
 from ._errors import RemoteProtocolError, WorkerDied, WorkerStartupError
 
 DRAIN_SECONDS: Final = 0.5
@@ -129,14 +132,27 @@ class WorkerProcess:
     Created only by :meth:`start`. ``repr`` shows pid, module and state.
     """
 
-    def __init__(self, *, module: str, boundary: Boundary, max_frame_bytes: int) -> None:
+    def __init__(
+        self,
+        *,
+        module: str,
+        boundary: Boundary,
+        max_frame_bytes: int,
+        workdir: Path | None = None,
+        output_limit: int | None = None,
+    ) -> None:
         self.id = next(_ids)
         self.module = module
         self.boundary = boundary
         self.max_frame_bytes = max_frame_bytes
+        self.workdir = workdir
+        self.output_limit = output_limit
+        self.output_exceeded = False
+        self.unenforced: list[str] = []
         self.state = WorkerState.STARTING
         self.pid = 0
         self.returncode: int | None = None
+        self.rusage: resource.struct_rusage | None = None
         self.killed_by_host = False
         self.calls_served = 0
         self.stdout_tail = OutputTail()
@@ -168,16 +184,26 @@ class WorkerProcess:
         module: str,
         cwd: str,
         env: Mapping[str, str],
-        cgroup_root: CgroupRoot | None,
+        boundary: Boundary,
         max_frame_bytes: int = p.DEFAULT_MAX_FRAME_BYTES,
+        sandbox: p.SandboxConfig | None = None,
+        workdir: Path | None = None,
+        output_limit: int | None = None,
     ) -> WorkerProcess:
-        """Spawn a worker, attach it to a fresh boundary and run the handshake.
+        """Spawn a worker, attach it to ``boundary`` and run the handshake.
 
-        The caller must bound this with a deadline. Raises WorkerStartupError,
-        WorkerDied or RemoteProtocolError; on any failure the worker is gone.
+        The worker owns ``boundary`` and ``workdir`` from here on: both are
+        removed when it ends. The caller must bound this with a deadline.
+        Raises WorkerStartupError, WorkerDied or RemoteProtocolError; on any
+        failure the worker is gone.
         """
-        boundary = Boundary(cgroup_root.new_child() if cgroup_root is not None else None)
-        self = cls(module=module, boundary=boundary, max_frame_bytes=max_frame_bytes)
+        self = cls(
+            module=module,
+            boundary=boundary,
+            max_frame_bytes=max_frame_bytes,
+            workdir=workdir,
+            output_limit=output_limit,
+        )
         fds: list[int] = []
         try:
             to_r, to_w = os.pipe()
@@ -204,6 +230,7 @@ class WorkerProcess:
             for fd in fds:
                 os.close(fd)
             boundary.kill()
+            self._remove_workdir()
             raise WorkerStartupError(f"could not start a worker for {module}: {exc}") from exc
         # The child has its copies; ours of the child's ends must go, or EOF
         # would never come and the lifeline would never fire.
@@ -222,9 +249,11 @@ class WorkerProcess:
                 cwd=cwd,
                 max_frame_bytes=max_frame_bytes,
                 cgroup_kill_path=boundary.kill_path,
+                sandbox=sandbox or p.SandboxConfig(level="none"),
             )
             raw = await self.request(p.M_INITIALIZE, init)
             result = msgspec.json.decode(raw, type=p.InitializeResult)
+            self.unenforced = result.unenforced
             if result.protocol_version != p.PROTOCOL_VERSION:
                 raise RemoteProtocolError(
                     f"worker speaks protocol version {result.protocol_version}, host speaks {p.PROTOCOL_VERSION}"
@@ -273,6 +302,7 @@ class WorkerProcess:
                     await trio.to_thread.run_sync(self._wait_blocking)
                 self.state = WorkerState.DEAD
                 self.boundary.close()
+                await trio.to_thread.run_sync(self._remove_workdir)
                 os.close(self._pidfd)
                 self._pidfd = -1
                 for stream in (*streams, self._send):
@@ -282,8 +312,20 @@ class WorkerProcess:
                 self._exited.set()
                 self._finished.set()
 
+    def _remove_workdir(self) -> None:
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+
     def _reap(self) -> None:
         assert self._proc is not None
+        try:
+            # wait4 rather than Popen.wait: the rusage tells a CPU-limit kill apart.
+            pid, status, self.rusage = os.wait4(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            pid = 0
+        if pid == self.pid:
+            self._proc.returncode = os.waitstatus_to_exitcode(status)
         self.returncode = self._proc.wait()
         self.state = WorkerState.DEAD
         self._exited.set()
@@ -301,6 +343,13 @@ class WorkerProcess:
         try:
             while data := await stream.receive_some(_READ_CHUNK):
                 tail.add(data)
+                limit = self.output_limit
+                if limit is not None and not self.output_exceeded and self.output_bytes > limit:
+                    # Over the output budget: the worker and its tree go now.
+                    self.output_exceeded = True
+                    self.killed_by_host = True
+                    with trio.CancelScope(shield=True):
+                        await trio.to_thread.run_sync(self.boundary.kill)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             pass
         finally:
@@ -365,6 +414,22 @@ class WorkerProcess:
             item.event.set()
 
     # --- requests ------------------------------------------------------------
+
+    @property
+    def output_bytes(self) -> int:
+        """Bytes the worker (and its children) wrote to stdout and stderr so far."""
+        return self.stdout_tail.total + self.stderr_tail.total
+
+    def cpu_seconds(self) -> float:
+        """CPU time the worker process has used (user + system), 0 if unknown."""
+        if self.rusage is not None:
+            return float(self.rusage.ru_utime + self.rusage.ru_stime)
+        try:
+            with open(f"/proc/{self.pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            return 0.0
 
     @property
     def alive(self) -> bool:

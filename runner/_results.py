@@ -63,6 +63,8 @@ class ToolResult(msgspec.Struct, frozen=True):
     details: Any = None
     is_error: bool = False
     error: ErrorInfo | None = None
+    unenforced: list[str] = []
+    """Sandbox protections a best-effort policy could not apply to this call (usually empty)."""
 
     @property
     def text(self) -> str:
@@ -75,8 +77,11 @@ class ToolResult(msgspec.Struct, frozen=True):
         return self.error.kind if self.error is not None else None
 
     def to_json(self) -> dict[str, Any]:
-        """``{"content", "details", "is_error", "error"}`` with plain JSON values."""
+        """``{"content", "details", "is_error", "error"}`` with plain JSON values (and
+        ``"unenforced"`` only when a best-effort sandbox left something out)."""
         out: dict[str, Any] = msgspec.to_builtins(self)
+        if not out["unenforced"]:
+            del out["unenforced"]
         return out
 
 

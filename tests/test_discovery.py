@@ -21,7 +21,7 @@ from .conftest import XCSH_RUN, make_runner
 
 TEMPLATE = """
 import os
-with open(os.environ["IMPORT_LOG"], "a") as f:
+with open(os.environ["XCSH_RUN_IMPORT_LOG"], "a") as f:
     f.write({label!r} + "\\n")
 
 from worker.pi import CustomTool
@@ -45,7 +45,7 @@ def write_tool(folder: Path, stem: str, *names: str, label: str | None = None) -
 def import_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     log = tmp_path / "imports.log"
     log.write_text("")
-    monkeypatch.setenv("IMPORT_LOG", str(log))
+    monkeypatch.setenv("XCSH_RUN_IMPORT_LOG", str(log))
     return log
 
 
@@ -343,7 +343,7 @@ async def test_changed_added_and_removed_files_are_noticed(tmp_path: Path, impor
 async def test_cached_load_errors_are_reported_without_importing(tmp_path: Path, import_log: Path) -> None:
     tools = tmp_path / "tools"
     tools.mkdir()
-    (tools / "broken.py").write_text("import os\nopen(os.environ['IMPORT_LOG'], 'a').write('broken\\n')\n1/0\n")
+    (tools / "broken.py").write_text("import os\nopen(os.environ['XCSH_RUN_IMPORT_LOG'], 'a').write('broken\\n')\n1/0\n")
     with trio.fail_after(30):
         for _ in range(2):
             async with make_runner(tools, cwd=tmp_path) as runner:

@@ -436,9 +436,29 @@ class Worker:
                 message = f"the tool called sys.exit({exc.code!r})"
             else:
                 message = str(exc) or type(exc).__name__
+            limit = _limit_hit(exc)
+            if limit is not None:
+                return _error(
+                    req.id,
+                    p.ErrorCode.LIMIT_EXCEEDED,
+                    f"{limit} limit exceeded: {type(exc).__name__}: {message}",
+                    limit=limit,
+                    traceback=traceback.format_exc(),
+                )
             return _error(req.id, p.ErrorCode.TOOL_ERROR, message, traceback=traceback.format_exc())
         finally:
             self.current = None
+
+
+def _limit_hit(exc: BaseException) -> str | None:
+    """Which sandbox limit an uncaught exception comes from, if any."""
+    import errno
+
+    if isinstance(exc, MemoryError):
+        return "memory"
+    if isinstance(exc, OSError):
+        return {errno.EFBIG: "file_size", errno.EMFILE: "open_files"}.get(exc.errno or 0)
+    return None
 
 
 def _is_cancellation(exc: BaseException) -> bool:
@@ -495,11 +515,24 @@ def main(argv: list[str] | None = None) -> NoReturn:
         os._exit(EXIT_PROTOCOL)
     channel.max_frame_bytes = init.max_frame_bytes
     channel.decoder.max_frame_bytes = init.max_frame_bytes
+    unenforced: list[str] = []
+    if init.sandbox.level != "none":
+        # Still single-threaded, and no tool code has run: Landlock and seccomp
+        # bind this thread and every thread and process started after it.
+        from . import _sandbox
+
+        try:
+            unenforced = _sandbox.apply(init.sandbox)
+        except _sandbox.SandboxError as exc:
+            channel.send(_error(first.id, p.ErrorCode.SANDBOX_UNAVAILABLE, f"sandbox not applied: {exc}"))
+            os._exit(EXIT_PROTOCOL)
     worker = Worker(channel, init)
     # Before answering: from the answer on, the host may stop us with SIGTERM,
     # and the default action would look like a crash.
     signal.signal(signal.SIGTERM, worker.on_sigterm)
-    result = p.InitializeResult(protocol_version=p.PROTOCOL_VERSION, pid=os.getpid(), python=sys.version.split()[0])
+    result = p.InitializeResult(
+        protocol_version=p.PROTOCOL_VERSION, pid=os.getpid(), python=sys.version.split()[0], unenforced=unenforced
+    )
     channel.send(p.Response(id=first.id, result=p.encode_value(result)))
     threading.Thread(target=worker.reader, name="xcsh-reader", daemon=True).start()
     worker.serve()

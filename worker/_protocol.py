@@ -52,6 +52,7 @@ class ErrorCode(enum.IntEnum):
     CANCELLED = -32004
     LIMIT_EXCEEDED = -32005
     VERSION_MISMATCH = -32006
+    SANDBOX_UNAVAILABLE = -32007
 
 
 # --- errors -----------------------------------------------------------------
@@ -317,18 +318,37 @@ class FrameDecoder:
 # finds the whole protocol in this file.
 
 
+class SandboxConfig(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What the worker must apply to itself before it imports tool code (see worker/_sandbox.py)."""
+
+    level: Literal["none", "contained", "strict"] = "contained"
+    cpu_seconds: int | None = None
+    open_files: int | None = None
+    file_size_bytes: int | None = None
+    data_bytes: int | None = None
+    network: Literal["off", "netns"] = "off"
+    read_paths: list[str] = []
+    write_paths: list[str] = []
+    exec_paths: list[str] = []
+    drop_uid: int | None = None
+    drop_gid: int | None = None
+    best_effort: bool = False
+
+
 class InitializeParams(msgspec.Struct, frozen=True, omit_defaults=True):
     protocol_version: int
     host_pid: int
     cwd: str
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     cgroup_kill_path: str | None = None
+    sandbox: SandboxConfig = SandboxConfig(level="none")
 
 
 class InitializeResult(msgspec.Struct, frozen=True):
     protocol_version: int
     pid: int
     python: str = ""
+    unenforced: list[str] = []
 
 
 class LoadParams(msgspec.Struct, frozen=True, omit_defaults=True):

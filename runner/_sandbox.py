@@ -1,0 +1,326 @@
+"""The sandbox policy, the host's probe of what this machine can enforce, and the worker's surroundings.
+
+The policy is documented once, on :class:`SandboxPolicy`. The host does what
+only a parent can do (environment, fds, working directory, cgroups: see
+``_boundary``); the worker applies the rest to itself before it imports any
+tool code (``worker/_sandbox.py``). ``docs/sandbox.md`` is the user's guide.
+
+Rule: fail closed. A level whose mechanisms this machine lacks raises
+:class:`SandboxUnavailable` naming the missing kernel feature, unless the
+policy says ``best_effort``; then what was not enforced is reported.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import os
+import platform
+import shutil
+import stat
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Final, Literal
+
+import msgspec
+
+from worker import _protocol as p
+
+from ._errors import ConfigError
+
+Level = Literal["none", "contained", "strict"]
+LEVELS: Final = ("none", "contained", "strict")
+MiB: Final = 2**20
+
+_BASE_ENV: Final = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "USER", "LOGNAME", "LC_*", "XCSH_RUN_*")
+_SECRET_PATTERNS: Final = ("*KEY*", "*SECRET*", "*TOKEN*", "*PASSWORD*", "*PASSWD*", "*CREDENTIAL*", "AWS_*",
+                           "*_PROXY", "*_proxy")  # fmt: skip
+_DROP_UID: Final = 65534  # nobody
+
+
+class SandboxUnavailable(ConfigError):
+    """The policy asks for a protection this machine cannot enforce (and is not best-effort)."""
+
+
+class SandboxPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """How much a tool's worker is confined. Immutable; set globally, per tool, or per call.
+
+    Levels:
+        ``none``: no confinement (for debugging). The worker still runs in its
+            own kill boundary, so nothing it starts outlives it.
+        ``contained`` (default): a new session; an environment built from an
+            allow-list with secret-looking names removed; no inherited fds; a
+            private HOME and TMPDIR; resource limits; a cgroup around the whole
+            process tree used for every kill, with memory and process-count
+            limits; the worker dies with the host. Not a security boundary:
+            the tool keeps the host's uid and can read and write what it can.
+        ``strict``: ``contained`` plus a filesystem allow-list (Landlock), no
+            network (seccomp allows no socket but AF_UNIX socketpairs; Landlock
+            denies TCP; optionally an empty network namespace), no new
+            privileges, no capabilities (as root), no ptrace, mount,
+            namespaces, io_uring or BPF.
+
+    Attributes:
+        level: ``none``, ``contained`` or ``strict``.
+        memory_mb: memory ceiling of the worker's whole tree (cgroup); exceeding
+            it ends the call as ``limit_exceeded`` (memory).
+        cpu_seconds: CPU time a worker may use (RLIMIT_CPU, per process); a
+            warm worker that used half of it is retired before its next call.
+        open_files: RLIMIT_NOFILE.
+        file_size_mb: largest file a tool may write (RLIMIT_FSIZE).
+        max_procs: process count of the whole tree (pids cgroup).
+        wall_seconds: default call timeout for tools under this policy.
+        output_mb: bytes a worker may write to stdout and stderr in all;
+            past that the call ends as ``limit_exceeded`` (output).
+        extra_read_paths: more paths a ``strict`` tool may read.
+        extra_write_paths: more paths a ``strict`` tool may write.
+        allow_exec: programs a ``strict`` tool may run (names looked up on PATH,
+            or absolute paths).
+        env_allow: extra environment variable names or patterns passed
+            through; an exact name here also passes a secret-looking one.
+        network: ``off`` (strict: no sockets) or ``netns`` (strict: also an
+            empty network namespace).
+        best_effort: run even where a mechanism is missing, reporting it
+            instead of refusing.
+    """
+
+    level: Level = "contained"
+    memory_mb: int | None = 1024
+    cpu_seconds: int | None = 300
+    open_files: int | None = 1024
+    file_size_mb: int | None = 1024
+    max_procs: int | None = 256
+    wall_seconds: float | None = None
+    output_mb: int | None = None
+    extra_read_paths: tuple[str, ...] = ()
+    extra_write_paths: tuple[str, ...] = ()
+    allow_exec: tuple[str, ...] = ()
+    env_allow: tuple[str, ...] = ()
+    network: Literal["off", "netns"] = "off"
+    best_effort: bool = False
+
+    def __post_init__(self) -> None:
+        if self.level not in LEVELS:
+            raise ConfigError(f"sandbox level must be one of {', '.join(LEVELS)}, got {self.level!r}")
+        for name in ("memory_mb", "cpu_seconds", "open_files", "file_size_mb", "max_procs", "output_mb"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ConfigError(f"sandbox {name} must be positive (or None for no limit), got {value!r}")
+
+    def replace(self, **changes: object) -> SandboxPolicy:
+        """A copy with ``changes`` applied (the policy itself is immutable)."""
+        return msgspec.structs.replace(self, **changes)
+
+
+NONE: Final = SandboxPolicy(level="none", memory_mb=None, cpu_seconds=None, open_files=None, file_size_mb=None,
+                            max_procs=None)  # fmt: skip
+
+
+# --- the probe -----------------------------------------------------------------------
+
+
+class Probe(msgspec.Struct, frozen=True):
+    """What this host can enforce; measured once per boot and cached."""
+
+    arch: str
+    euid: int
+    landlock_abi: int
+    seccomp: bool
+    cgroup_v2: bool
+    memory_cgroup: bool
+    pids_cgroup: bool
+    drop_uid_ok: bool
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return "unknown"
+
+
+def _world_runnable(path: str) -> bool:
+    """Can an unprivileged uid reach and run ``path``? (Checks 'other' permission bits.)"""
+    real = Path(os.path.realpath(path))
+    try:
+        for parent in real.parents:
+            if not parent.stat().st_mode & stat.S_IXOTH:
+                return False
+        return bool(real.stat().st_mode & stat.S_IXOTH and real.stat().st_mode & stat.S_IROTH)
+    except OSError:
+        return False
+
+
+def _seccomp_available() -> bool:
+    try:
+        with open("/proc/self/status") as f:
+            return any(line.startswith("Seccomp:") for line in f)
+    except OSError:
+        return False
+
+
+def _measure(cgroup_v2: bool, memory_cgroup: bool, pids_cgroup: bool) -> Probe:
+    from worker import _sandbox as ws
+
+    arch = platform.machine()
+    euid = os.geteuid()
+    return Probe(
+        arch=arch,
+        euid=euid,
+        landlock_abi=ws.landlock_abi() if arch == "x86_64" else 0,
+        seccomp=_seccomp_available(),
+        cgroup_v2=cgroup_v2,
+        memory_cgroup=memory_cgroup,
+        pids_cgroup=pids_cgroup,
+        # The venv's interpreter and its site-packages must be reachable by nobody.
+        drop_uid_ok=euid == 0 and _world_runnable(sys.executable) and _world_runnable(sys.prefix),
+    )
+
+
+def probe(cache_dir: Path | None, *, cgroup_v2: bool, memory_cgroup: bool, pids_cgroup: bool) -> Probe:
+    """This host's capabilities, cached per boot in ``cache_dir``."""
+    key = hashlib.sha256(
+        f"{_boot_id()}\0{sys.executable}\0{os.geteuid()}\0{cgroup_v2}{memory_cgroup}{pids_cgroup}".encode()
+    ).hexdigest()[:24]
+    path = cache_dir / f"probe-{key}.json" if cache_dir is not None else None
+    if path is not None:
+        try:
+            return msgspec.json.decode(path.read_bytes(), type=Probe)
+        except (OSError, msgspec.DecodeError):
+            pass
+    result = _measure(cgroup_v2, memory_cgroup, pids_cgroup)
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(msgspec.json.encode(result))
+        except OSError:
+            pass  # the probe is cheap; failing to cache it changes nothing
+    return result
+
+
+def check(policy: SandboxPolicy, found: Probe) -> list[str]:
+    """What ``policy`` needs that this host lacks. Raises SandboxUnavailable unless best-effort."""
+    missing: list[str] = []
+    if policy.level != "none":
+        if not found.cgroup_v2:
+            missing.append(
+                "a writable cgroup v2 hierarchy (run as root, or under a delegated cgroup): without it the "
+                "kill boundary falls back to the process group, which setsid() daemons escape"
+            )
+        if policy.memory_mb is not None and not found.memory_cgroup:
+            missing.append("a writable memory cgroup controller (memory_mb)")
+        if policy.max_procs is not None and not found.pids_cgroup:
+            missing.append("a writable pids cgroup controller (max_procs)")
+    if policy.level == "strict":
+        if found.arch != "x86_64":
+            missing.append(f"strict mode supports x86_64 only, this machine is {found.arch}")
+        if found.landlock_abi < 1:
+            missing.append("Landlock (Linux 5.13+ with landlock in the LSM list)")
+        elif found.landlock_abi < 4:
+            missing.append(f"Landlock ABI 4 for TCP rules (this kernel has ABI {found.landlock_abi})")
+        elif found.landlock_abi < 6:
+            missing.append(f"Landlock ABI 6 for signal and abstract-socket scoping (ABI {found.landlock_abi})")
+        if not found.seccomp:
+            missing.append("seccomp filters (CONFIG_SECCOMP_FILTER)")
+    if missing and not policy.best_effort:
+        raise SandboxUnavailable(
+            f"the {policy.level!r} sandbox cannot be enforced on this machine; missing: "
+            + "; ".join(missing)
+            + ". Use a weaker level, or set best_effort=True (CLI: --sandbox-best-effort) to run anyway."
+        )
+    return missing
+
+
+# --- the worker's surroundings ---------------------------------------------------------------
+
+
+def _matches(name: str, patterns: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, pat) for pat in patterns)
+
+
+def build_env(policy: SandboxPolicy, host_env: Mapping[str, str], workdir: Path) -> dict[str, str]:
+    """The worker's environment: an allow-list, secrets scrubbed, HOME and TMPDIR private."""
+    if policy.level == "none":
+        return dict(host_env)
+    exact = set(policy.env_allow)
+    env: dict[str, str] = {}
+    for name, value in host_env.items():
+        if not _matches(name, (*_BASE_ENV, *policy.env_allow)):
+            continue
+        if name not in exact and not name.startswith("XCSH_RUN_") and _matches(name.upper(), _SECRET_PATTERNS):
+            continue
+        env[name] = value
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    if "HOME" not in exact:
+        env["HOME"] = str(workdir / "home")
+    env["TMPDIR"] = str(workdir / "tmp")
+    if policy.memory_mb is not None:
+        # glibc reserves ~64 MiB of address space per thread arena.
+        env.setdefault("MALLOC_ARENA_MAX", "2")
+    return env
+
+
+def make_workdir() -> Path:
+    """A private directory for one worker: ``home/`` and ``tmp/``, removed with the worker."""
+    workdir = Path(tempfile.mkdtemp(prefix="xcsh-run-w"))
+    (workdir / "home").mkdir()
+    (workdir / "tmp").mkdir()
+    return workdir
+
+
+def remove_workdir(workdir: Path) -> None:
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _python_paths() -> list[str]:
+    import worker
+
+    paths = {sys.base_prefix, sys.prefix, sys.exec_prefix, os.path.dirname(os.path.dirname(worker.__file__))}
+    paths.update(p for p in sys.path if p and os.path.isdir(p))
+    return sorted(paths)
+
+
+def _resolve_program(name: str, path_env: str) -> str | None:
+    found = name if os.path.isabs(name) else shutil.which(name, path=path_env)
+    return os.path.realpath(found) if found else None
+
+
+def worker_config(
+    policy: SandboxPolicy, found: Probe, *, module: str, cwd: str, workdir: Path | None, env: Mapping[str, str]
+) -> p.SandboxConfig:
+    """What the worker must apply to itself for ``policy``."""
+    if policy.level == "none":
+        return p.SandboxConfig(level="none")
+    config = p.SandboxConfig(
+        level=policy.level,
+        cpu_seconds=policy.cpu_seconds,
+        open_files=policy.open_files,
+        file_size_bytes=policy.file_size_mb * MiB if policy.file_size_mb is not None else None,
+        # Without a memory cgroup, an address-space-ish rlimit is the only ceiling.
+        data_bytes=policy.memory_mb * MiB if policy.memory_mb is not None and not found.memory_cgroup else None,
+        best_effort=policy.best_effort,
+    )
+    if policy.level != "strict":
+        return config
+    module_dir = module if os.path.isdir(module) else os.path.dirname(module)
+    read = [*_python_paths(), "/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/share/zoneinfo", "/etc/localtime",
+            module_dir, cwd, *policy.extra_read_paths]  # fmt: skip
+    write = ["/dev/null", *policy.extra_write_paths]
+    if workdir is not None:
+        write.append(str(workdir))
+    programs = [_resolve_program(name, env.get("PATH", "/usr/bin:/bin")) for name in policy.allow_exec]
+    missing = [name for name, path in zip(policy.allow_exec, programs, strict=True) if path is None]
+    if missing:
+        raise ConfigError(f"allow_exec: program(s) not found on PATH: {', '.join(missing)}")
+    return msgspec.structs.replace(
+        config,
+        network=policy.network,
+        read_paths=[os.path.realpath(r) for r in read if os.path.exists(r)],
+        write_paths=[os.path.realpath(w) for w in write],
+        exec_paths=[p_ for p_ in programs if p_ is not None],
+        drop_uid=_DROP_UID if found.drop_uid_ok else None,
+        drop_gid=_DROP_UID if found.drop_uid_ok else None,
+    )
