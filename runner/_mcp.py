@@ -436,7 +436,11 @@ class McpServer:
         oversized: int | None = None  # bytes of the current too-long line, once it is too long
         head = b""  # its first bytes, for the id
         while True:
-            chunk = await stream.receive_some(_READ_CHUNK)
+            try:
+                chunk = await stream.receive_some(_READ_CHUNK)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                logger.warning("reading stdin failed (%r); treating it as the end of input", exc)
+                chunk = b""
             if not chunk:
                 break
             start = 0
