@@ -19,6 +19,7 @@ fallback is documented as unreliable against ``setsid()`` daemons, and
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import time
@@ -27,6 +28,7 @@ from typing import Final
 
 _V2_CANDIDATES: Final = ("/sys/fs/cgroup/unified", "/sys/fs/cgroup")
 _PREFIX: Final = "xcsh-run."
+_roots = itertools.count(1)
 
 
 def _own_v2_path() -> str | None:
@@ -54,15 +56,15 @@ def _own_v1_path(controller: str) -> str | None:
     return None
 
 
-def _v1_root(controller: str) -> Path | None:
-    """``xcsh-run.<pid>`` under our own cgroup of a v1 ``controller``, or None if not writable."""
+def _v1_root(controller: str, name: str) -> Path | None:
+    """``name`` under our own cgroup of a v1 ``controller``, or None if not writable."""
     mount = Path("/sys/fs/cgroup") / controller
     own = _own_v1_path(controller)
     if own is None or not (mount / "cgroup.procs").exists():
         return None
     base = mount / own.lstrip("/")
     sweep_stale(base)
-    path = base / f"{_PREFIX}{os.getpid()}"
+    path = base / name
     try:
         path.mkdir(exist_ok=True)
     except OSError:
@@ -88,8 +90,8 @@ class CgroupRoot:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.memory = _v1_root("memory")
-        self.pids = _v1_root("pids")
+        self.memory = _v1_root("memory", path.name)
+        self.pids = _v1_root("pids", path.name)
         self._next = 0
 
     @classmethod
@@ -101,9 +103,12 @@ class CgroupRoot:
             return None
         base = mount / own.lstrip("/")
         sweep_stale(base)
-        path = base / f"{_PREFIX}{os.getpid()}"
+        # One directory per runner, so that two runners in one process (an
+        # embedding host, an MCP server reloading) never share or kill each
+        # other's workers: xcsh-run.<pid>.<n>.
+        path = base / f"{_PREFIX}{os.getpid()}.{next(_roots)}"
         try:
-            path.mkdir(exist_ok=True)
+            path.mkdir()
         except OSError:
             return None
         if not (path / "cgroup.kill").exists():  # kernels before 5.14
@@ -211,7 +216,7 @@ def sweep_stale(base: Path) -> None:
         if not entry.name.startswith(_PREFIX):
             continue
         try:
-            pid = int(entry.name[len(_PREFIX) :])
+            pid = int(entry.name[len(_PREFIX) :].split(".")[0])
         except ValueError:
             continue
         if pid == os.getpid() or _alive(pid):

@@ -524,7 +524,7 @@ class Runner:
                 )
         try:
             raw_args = p.encode_value(args)
-        except (TypeError, msgspec.EncodeError) as exc:
+        except (TypeError, ValueError, RecursionError, msgspec.EncodeError) as exc:
             return error_result(ErrorKind.INVALID_ARGUMENTS, f"arguments are not JSON-serialisable: {exc}", path="$")
         policy = sandbox if sandbox is not None else self.policy_for(name)
         if policy is not self.sandbox and policy not in self._checked:

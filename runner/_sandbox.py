@@ -306,7 +306,9 @@ def worker_config(
     if policy.level != "strict":
         return config
     module_dir = module if os.path.isdir(module) else os.path.dirname(module)
-    read = [*_python_paths(), "/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/share/zoneinfo", "/etc/localtime",
+    # Name resolution files, so getaddrinfo("localhost") works; nothing else in /etc.
+    etc = ["/etc/localtime", "/etc/hosts", "/etc/nsswitch.conf", "/etc/host.conf", "/etc/gai.conf"]
+    read = [*_python_paths(), "/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/share/zoneinfo", *etc,
             module_dir, cwd, *policy.extra_read_paths]  # fmt: skip
     write = ["/dev/null", *policy.extra_write_paths]
     if workdir is not None:

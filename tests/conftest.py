@@ -57,8 +57,12 @@ def marked_processes() -> list[tuple[int, str]]:
 
 
 def own_cgroup_dirs() -> list[str]:
-    base = Path("/sys/fs/cgroup/unified")
-    return sorted(str(p) for p in base.glob(f"**/xcsh-run.{os.getpid()}"))
+    """This process's runner cgroups (v2 boundaries, v1 memory and pids limits) still present."""
+    found: list[str] = []
+    for hierarchy in ("unified", "memory", "pids"):
+        base = Path("/sys/fs/cgroup") / hierarchy
+        found += [str(p) for p in base.glob(f"**/xcsh-run.{os.getpid()}.*")]
+    return sorted(found)
 
 
 @pytest.fixture(autouse=True)

@@ -197,3 +197,15 @@ async def test_caller_cancellation_propagates_after_the_tree_is_gone() -> None:
             assert scope.cancelled_caught
             stats = runner.statistics()
     assert stats.busy_workers == 0 and stats.running_calls == 0
+
+
+async def test_two_runners_in_one_process_do_not_share_workers() -> None:
+    with trio.fail_after(30):
+        async with make_runner(TOOLS / "basic.py") as first:
+            async with make_runner(TOOLS / "basic.py") as second:
+                a = await first.call_tool("environment")
+                b = await second.call_tool("environment")
+            # Closing the second runner left the first one's worker alone.
+            again = await first.call_tool("environment")
+    assert a.details["pid"] != b.details["pid"]
+    assert again.details["pid"] == a.details["pid"]

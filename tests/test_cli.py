@@ -201,7 +201,7 @@ def test_help_documents_exit_codes() -> None:
 def test_no_cgroup_left_behind_by_the_cli(git_repo: Path) -> None:
     proc = subprocess.Popen([XCSH_RUN, "repo_stats"], cwd=git_repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     proc.communicate(timeout=30)
-    assert not list(Path("/sys/fs/cgroup/unified").glob(f"**/xcsh-run.{proc.pid}"))
+    assert not list(Path("/sys/fs/cgroup/unified").glob(f"**/xcsh-run.{proc.pid}.*"))
     assert proc.returncode == 0
     assert os.path.exists(git_repo)
 

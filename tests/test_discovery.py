@@ -343,7 +343,8 @@ async def test_changed_added_and_removed_files_are_noticed(tmp_path: Path, impor
 async def test_cached_load_errors_are_reported_without_importing(tmp_path: Path, import_log: Path) -> None:
     tools = tmp_path / "tools"
     tools.mkdir()
-    (tools / "broken.py").write_text("import os\nopen(os.environ['XCSH_RUN_IMPORT_LOG'], 'a').write('broken\\n')\n1/0\n")
+    log_line = "open(os.environ['XCSH_RUN_IMPORT_LOG'], 'a').write('broken\\n')"
+    (tools / "broken.py").write_text(f"import os\n{log_line}\n1/0\n")
     with trio.fail_after(30):
         for _ in range(2):
             async with make_runner(tools, cwd=tmp_path) as runner:
