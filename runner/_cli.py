@@ -7,22 +7,28 @@ name. A tool that shares a command's name is reached through ``run``.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import os
 import shutil
 import signal
 import sys
-from collections.abc import Iterator
+import typing
+from collections.abc import Callable, Iterator
 from enum import IntEnum
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import trio
 import typer
 
 from ._errors import RunnerError
 from ._host import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT, DEFAULT_TIMEOUT, Runner, open_runner
-from ._mcp import DEFAULT_MAX_MESSAGE_BYTES, serve_stdio
 from ._results import ToolResult
+from ._sandbox import LEVELS, SandboxPolicy
+
+# The MCP server's default, repeated here so that `xcsh-run TOOL` does not import it.
+DEFAULT_MAX_MESSAGE_BYTES = 16 * 2**20
 
 
 class ExitCode(IntEnum):
@@ -87,6 +93,100 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for programs i
 LoadTimeoutOpt = Annotated[
     float, typer.Option("--load-timeout", help="Seconds a module may take to import and run its factory.")
 ]
+
+
+_SANDBOX = "Sandbox"
+
+
+class SandboxOptions:
+    """The sandbox flags shared by run, list and serve; see docs/sandbox.md."""
+
+    def __init__(
+        self,
+        level: Annotated[
+            str, typer.Option("--sandbox", help="none, contained or strict.", rich_help_panel=_SANDBOX)
+        ] = "contained",
+        memory_mb: Annotated[
+            int | None, typer.Option("--memory-mb", help="Memory of the tool's whole process tree [1024].")
+        ] = None,
+        cpu_seconds: Annotated[int | None, typer.Option("--cpu-seconds", help="CPU time of a worker [300].")] = None,
+        max_procs: Annotated[int | None, typer.Option("--max-procs", help="Processes in the tree [256].")] = None,
+        open_files: Annotated[int | None, typer.Option("--open-files", help="Open files per process [1024].")] = None,
+        file_size_mb: Annotated[int | None, typer.Option("--file-size-mb", help="Largest file written [1024].")] = None,
+        output_mb: Annotated[
+            int | None, typer.Option("--output-mb", help="stdout+stderr a worker may write [no limit].")
+        ] = None,
+        allow_read: Annotated[
+            list[str] | None, typer.Option("--allow-read", help="strict: another readable path (repeatable).")
+        ] = None,
+        allow_write: Annotated[
+            list[str] | None, typer.Option("--allow-write", help="strict: another writable path (repeatable).")
+        ] = None,
+        allow_exec: Annotated[
+            list[str] | None, typer.Option("--allow-exec", help="strict: a program tools may run (repeatable).")
+        ] = None,
+        allow_env: Annotated[
+            list[str] | None, typer.Option("--allow-env", help="Another environment variable to pass (repeatable).")
+        ] = None,
+        network: Annotated[str, typer.Option("--network", help="strict: off, or netns (also no interfaces).")] = "off",
+        best_effort: Annotated[
+            bool, typer.Option("--sandbox-best-effort", help="Run even where the machine lacks a mechanism.")
+        ] = False,
+    ) -> None:
+        if level not in LEVELS:
+            _fail(f"--sandbox must be one of {', '.join(LEVELS)}, got {level!r}")
+        if network not in ("off", "netns"):
+            _fail(f"--network must be off or netns, got {network!r}")
+        base = SandboxPolicy(level=level)  # type: ignore[arg-type]
+        limits = {
+            "memory_mb": memory_mb, "cpu_seconds": cpu_seconds, "max_procs": max_procs, "open_files": open_files,
+            "file_size_mb": file_size_mb, "output_mb": output_mb,
+        }  # fmt: skip
+        for name, value in limits.items():
+            if value is not None and value <= 0:
+                _fail(f"--{name.replace('_', '-')} must be a positive number, got {value}")
+        self.policy = base.replace(
+            **{k: v for k, v in limits.items() if v is not None},
+            extra_read_paths=tuple(os.path.abspath(p) for p in allow_read or ()),
+            extra_write_paths=tuple(os.path.abspath(p) for p in allow_write or ()),
+            allow_exec=tuple(allow_exec or ()),
+            env_allow=tuple(allow_env or ()),
+            network=network,
+            best_effort=best_effort,
+        )
+
+
+F = TypeVar("F", bound=Callable[..., None])
+
+
+def with_sandbox_options(command: F) -> F:
+    """Give ``command`` the sandbox flags; it receives them as one ``sandbox: SandboxPolicy``.
+
+    The flags are declared once, on :class:`SandboxOptions`; typer reads the
+    combined signature and annotations set here.
+    """
+    own = inspect.signature(command)
+    hints = typing.get_type_hints(command, include_extras=True)
+    option_hints = typing.get_type_hints(SandboxOptions.__init__, include_extras=True)
+    options = [p for p in inspect.signature(SandboxOptions.__init__).parameters.values() if p.name != "self"]
+    names = [p.name for p in options]
+
+    @functools.wraps(command)
+    def wrapper(**kwargs: Any) -> None:
+        policy = SandboxOptions(**{name: kwargs.pop(name) for name in names}).policy
+        command(sandbox=policy, **kwargs)
+
+    # inspect.signature() returns a __signature__ as it is (no eval_str), so
+    # the annotations must already be evaluated for typer to see its Options.
+    params = [p.replace(annotation=hints[p.name]) for p in own.parameters.values() if p.name != "sandbox"]
+    options = [p.replace(annotation=option_hints[p.name], kind=inspect.Parameter.KEYWORD_ONLY) for p in options]
+    wrapper.__signature__ = own.replace(parameters=[*params, *options], return_annotation=None)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {
+        **{k: v for k, v in hints.items() if k not in ("sandbox", "return")},
+        **{name: option_hints[name] for name in names},
+    }
+    del wrapper.__wrapped__  # typer must see the combined signature, not the original
+    return wrapper  # type: ignore[return-value]
 
 
 def _fail(message: str, code: ExitCode = ExitCode.USAGE) -> NoReturn:
@@ -193,6 +293,7 @@ async def _watch_signals(runner: Runner, call_id: str) -> None:
 
 
 @app.command("run")
+@with_sandbox_options
 def run_command(
     tool: Annotated[str, typer.Argument(help="The tool's name.")],
     args: Annotated[str | None, typer.Option("--args", help="Arguments as one JSON object; '-' reads stdin.")] = None,
@@ -215,6 +316,8 @@ def run_command(
     ] = False,
     tools: ToolsOpt = None,
     load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT,
+    *,
+    sandbox: SandboxPolicy,
 ) -> None:
     """Run one tool call and print its result."""
     arguments = parse_arguments(args, args_file)
@@ -232,7 +335,7 @@ def run_command(
     async def main() -> ToolResult:
         call_id = "cli-call"
         async with (
-            open_runner(tools or (), grace=grace, load_timeout=load_timeout) as runner,
+            open_runner(tools or (), grace=grace, load_timeout=load_timeout, sandbox=sandbox) as runner,
             trio.open_nursery() as nursery,
         ):
             _warn(runner.warnings)
@@ -256,12 +359,15 @@ def run_command(
     raise typer.Exit(int(_EXIT_BY_KIND.get(result.kind, ExitCode.TOOL_ERROR)))
 
 
-def _load(tools: list[str] | None, load_timeout: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+def _load(
+    tools: list[str] | None, load_timeout: float, sandbox: SandboxPolicy | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
     import msgspec
 
     async def main() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
-        async with open_runner(tools or (), load_timeout=load_timeout) as runner:
-            return msgspec.to_builtins(runner.tools), msgspec.to_builtins(runner.errors), runner.warnings
+        async with open_runner(tools or (), load_timeout=load_timeout, sandbox=sandbox) as runner:
+            unenforced = [f"sandbox {runner.sandbox.level!r} not fully enforced: {u}" for u in runner.unenforced]
+            return msgspec.to_builtins(runner.tools), msgspec.to_builtins(runner.errors), runner.warnings + unenforced
 
     try:
         return trio.run(main)
@@ -281,11 +387,16 @@ def _source(item: dict[str, Any]) -> str:
 
 
 @app.command("list")
+@with_sandbox_options
 def list_command(
-    tools: ToolsOpt = None, as_json: JsonOpt = False, load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT
+    tools: ToolsOpt = None,
+    as_json: JsonOpt = False,
+    load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT,
+    *,
+    sandbox: SandboxPolicy,
 ) -> None:
     """Show every tool found (name, label, source, path) and every module that failed to load, with why."""
-    found, errors, warnings = _load(tools, load_timeout)
+    found, errors, warnings = _load(tools, load_timeout, sandbox)
     _warn(warnings)
     if as_json:
         typer.echo(json.dumps({"tools": found, "errors": errors, "warnings": warnings}, indent=2, ensure_ascii=False))
@@ -334,6 +445,7 @@ def describe_command(
 
 
 @app.command("serve")
+@with_sandbox_options
 def serve_command(
     tools: ToolsOpt = None,
     timeout: Annotated[
@@ -350,9 +462,13 @@ def serve_command(
         int,
         typer.Option("--max-message-bytes", help="The longest MCP message (one line) accepted; longer get an error."),
     ] = DEFAULT_MAX_MESSAGE_BYTES,
+    *,
+    sandbox: SandboxPolicy,
 ) -> None:
     """Serve every tool over the Model Context Protocol on stdin/stdout (for MCP clients)."""
     from functools import partial
+
+    from ._mcp import serve_stdio
 
     for label, value in (("--timeout", timeout), ("--grace", grace), ("--load-timeout", load_timeout)):
         if value is not None and not value > 0:
@@ -366,6 +482,7 @@ def serve_command(
         grace=grace,
         load_timeout=load_timeout,
         max_message_bytes=max_message_bytes,
+        sandbox=sandbox,
     )
     try:
         code = trio.run(serve)

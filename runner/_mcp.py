@@ -51,6 +51,7 @@ from ._discovery import discover_custom_tool_paths
 from ._errors import ConfigError
 from ._host import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT, Runner, ToolInfo, open_runner
 from ._results import ErrorKind, ToolResult, error_result
+from ._sandbox import SandboxPolicy
 
 logger = logging.getLogger("xcsh_run.mcp")
 
@@ -294,6 +295,7 @@ class McpServer:
         load_timeout: float = DEFAULT_LOAD_TIMEOUT,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
+        sandbox: SandboxPolicy | None = None,
     ) -> None:
         for label, value in (("timeout", timeout), ("poll_interval", poll_interval)):
             if value is not None and not (value > 0 and math.isfinite(value)):
@@ -307,6 +309,7 @@ class McpServer:
         self._load_timeout = load_timeout
         self._max_message = max_message_bytes
         self._poll_interval = poll_interval
+        self._sandbox = sandbox
         self._version = LATEST_PROTOCOL_VERSION
         self._initialized = False
         self._inflight: dict[RequestId, _Request] = {}
@@ -706,7 +709,7 @@ class McpServer:
         generation: _Generation | None = None
         try:
             async with open_runner(
-                self._paths, cwd=self._cwd, grace=self._grace, load_timeout=self._load_timeout
+                self._paths, cwd=self._cwd, grace=self._grace, load_timeout=self._load_timeout, sandbox=self._sandbox
             ) as runner:
                 generation = _Generation(runner)
                 self._generations.add(generation)
@@ -834,6 +837,7 @@ async def serve_stdio(
     load_timeout: float = DEFAULT_LOAD_TIMEOUT,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     poll_interval: float = DEFAULT_POLL_INTERVAL,
+    sandbox: SandboxPolicy | None = None,
 ) -> int:
     """Serve MCP on this process's stdin/stdout until stdin ends; returns the exit status.
 
@@ -850,6 +854,7 @@ async def serve_stdio(
         load_timeout=load_timeout,
         max_message_bytes=max_message_bytes,
         poll_interval=poll_interval,
+        sandbox=sandbox,
     )
     _configure_logging()
     protocol_in, protocol_out = _take_over_stdio()

@@ -202,7 +202,13 @@ def probe(cache_dir: Path | None, *, cgroup_v2: bool, memory_cgroup: bool, pids_
 
 
 def check(policy: SandboxPolicy, found: Probe) -> list[str]:
-    """What ``policy`` needs that this host lacks. Raises SandboxUnavailable unless best-effort."""
+    """What ``policy`` needs that this host lacks. Raises SandboxUnavailable unless best-effort.
+
+    Also raises ConfigError for a program in ``allow_exec`` that is not on PATH.
+    """
+    unknown = [name for name in policy.allow_exec if _resolve_program(name, os.environ.get("PATH", "")) is None]
+    if unknown:
+        raise ConfigError(f"allow_exec: program(s) not found on PATH: {', '.join(unknown)}")
     missing: list[str] = []
     if policy.level != "none":
         if not found.cgroup_v2:

@@ -256,3 +256,66 @@ def test_list_shows_sources_shadowed_modules_and_warnings(tmp_path: Path) -> Non
     assert "Shadowed (not loaded):" in proc.stdout
     assert f"{home}/.codex/tools/twin.py [codex, user]: by .xcsh/tools/twin.py" in proc.stdout
     assert "warning: " in proc.stderr and 'has no "plugins" object' in proc.stderr
+
+
+def test_sandbox_flags_reach_the_worker(git_repo: Path) -> None:
+    denied = run(
+        "probe",
+        "--tools",
+        str(TOOLS / "escape.py"),
+        "--sandbox",
+        "strict",
+        "--json",
+        "--args",
+        '{"name": "read_file", "path": "/etc/passwd"}',
+    )
+    assert json.loads(denied.stdout)["details"]["error"] == "EACCES"
+    allowed = run(
+        "probe",
+        "--tools",
+        str(TOOLS / "escape.py"),
+        "--sandbox",
+        "strict",
+        "--allow-read",
+        "/etc/passwd",
+        "--json",
+        "--args",
+        '{"name": "read_file", "path": "/etc/passwd"}',
+    )
+    assert json.loads(allowed.stdout)["details"]["ok"] is True
+    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1"}
+    strict_git = subprocess.run(
+        [
+            XCSH_RUN,
+            "repo_stats",
+            "--args",
+            '{"glob": "*.py"}',
+            "--sandbox",
+            "strict",
+            "--allow-exec",
+            "git",
+            "--allow-env",
+            "GIT_CONFIG_NOSYSTEM",
+        ],
+        cwd=git_repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert strict_git.stdout == "Found 3 files\n", strict_git.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "fragment"),
+    [
+        (["--sandbox", "tight"], "--sandbox must be one of none, contained, strict"),
+        (["--memory-mb", "0"], "--memory-mb must be a positive number"),
+        (["--network", "wifi"], "--network must be off or netns"),
+        (["--sandbox", "strict", "--allow-exec", "no-such-program-here"], "not found on PATH"),
+    ],
+)
+def test_bad_sandbox_flags_are_usage_errors(git_repo: Path, flags: list[str], fragment: str) -> None:
+    proc = run("repo_stats", *flags, cwd=git_repo)
+    assert proc.returncode in (1, 2), proc
+    assert fragment in proc.stderr
