@@ -188,14 +188,15 @@ async def test_unknown_cancel_id_is_reported() -> None:
             assert runner.cancel("nope") is False
 
 
-async def test_host_sigkill_takes_the_worker_tree_down(tmp_path: Path) -> None:
+@pytest.mark.parametrize("level", ["contained", "strict"])
+async def test_host_sigkill_takes_the_worker_tree_down(tmp_path: Path, level: str) -> None:
     """The lifeline: a host that dies without cleaning up still leaves nothing behind."""
     script = tmp_path / "host.py"
     script.write_text(
         "import sys, trio\n"
-        "from runner import open_runner\n"
+        "from runner import open_runner, SandboxPolicy\n"
         "async def main():\n"
-        f"    async with open_runner([{str(TOOLS / 'hostile.py')!r}]) as r:\n"
+        f"    async with open_runner([{str(TOOLS / 'hostile.py')!r}], sandbox=SandboxPolicy(level={level!r})) as r:\n"
         "        def ready(partial):\n"
         "            print(*partial['details']['pids'], flush=True)\n"
         "        await r.call_tool('many_setsid', {'count': 5, 'hang': True}, on_update=ready)\n"

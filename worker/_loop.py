@@ -139,9 +139,10 @@ class _Ctx:
 
 
 class Worker:
-    def __init__(self, channel: _Channel, init: p.InitializeParams) -> None:
+    def __init__(self, channel: _Channel, init: p.InitializeParams, kill_fd: int = -1) -> None:
         self.channel = channel
         self.init = init
+        self.kill_fd = kill_fd  # the boundary's cgroup.kill, opened before the sandbox closed the path
         self.api = ToolAPI(init.cwd)
         self.tools: dict[str, LoadedTool] = {}
         self.loaded = False
@@ -178,11 +179,9 @@ class Worker:
         # The lifeline: only the host holds the write end of fd_in, so EOF
         # means the host exited (or closed us). Take the whole tree down,
         # including setsid() descendants, through the kernel-tracked boundary.
-        path = self.init.cgroup_kill_path
-        if path:
+        if self.kill_fd >= 0:
             try:
-                with open(path, "w") as f:
-                    f.write("1")
+                os.write(self.kill_fd, b"1")
             except OSError:
                 pass
         try:
@@ -516,6 +515,14 @@ def main(argv: list[str] | None = None) -> NoReturn:
     channel.max_frame_bytes = init.max_frame_bytes
     channel.decoder.max_frame_bytes = init.max_frame_bytes
     unenforced: list[str] = []
+    kill_fd = -1
+    if init.cgroup_kill_path:
+        # Opened now: Landlock and a uid drop would forbid opening it later,
+        # and the lifeline must still be able to kill the whole tree.
+        try:
+            kill_fd = os.open(init.cgroup_kill_path, os.O_WRONLY | os.O_CLOEXEC)
+        except OSError:
+            kill_fd = -1
     if init.sandbox.level != "none":
         # Still single-threaded, and no tool code has run: Landlock and seccomp
         # bind this thread and every thread and process started after it.
@@ -526,7 +533,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
         except _sandbox.SandboxError as exc:
             channel.send(_error(first.id, p.ErrorCode.SANDBOX_UNAVAILABLE, f"sandbox not applied: {exc}"))
             os._exit(EXIT_PROTOCOL)
-    worker = Worker(channel, init)
+    worker = Worker(channel, init, kill_fd)
     # Before answering: from the answer on, the host may stop us with SIGTERM,
     # and the default action would look like a crash.
     signal.signal(signal.SIGTERM, worker.on_sigterm)
