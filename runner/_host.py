@@ -37,7 +37,19 @@ from ._boundary import Boundary, CgroupRoot
 from ._cache import CachedLoad, ModuleCache, default_dir, fingerprint
 from ._discovery import Candidate, ToolSource, discover
 from ._errors import ConfigError, RemoteProtocolError, WorkerDied, WorkerError, describe_exit
-from ._proc import RemoteError, WorkerProcess, WorkerState, _Pending
+from ._hostapi import (
+    RESOLVE_SCHEMA,
+    UI_DEFAULTS,
+    NoOpUI,
+    PendingActionRecord,
+    call_ui,
+    default_render_call,
+    default_render_result,
+    log,
+    tool_log,
+    validate_event,
+)
+from ._proc import RemoteError, RemoteRequestRefused, WorkerProcess, WorkerState, _Pending
 from ._results import ErrorKind, ToolResult, error_result
 from ._sandbox import (
     MiB,
@@ -86,6 +98,9 @@ class ToolInfo(msgspec.Struct, frozen=True):
     concurrency: str = "shared"
     timeout: float | None = None
     params_kind: str = "json_schema"
+    has_on_session: bool = False
+    has_render_call: bool = False
+    has_render_result: bool = False
 
 
 class LoadError(msgspec.Struct, frozen=True):
@@ -121,12 +136,21 @@ class _LoadFailed(Exception):
 
 
 class _Call:
-    __slots__ = ("call_id", "scope", "reason")
+    __slots__ = ("call_id", "scope", "reason", "tool", "operation", "ui_scopes")
 
-    def __init__(self, call_id: str) -> None:
+    def __init__(self, call_id: str, tool: str = "", operation: str | None = None) -> None:
         self.call_id = call_id
         self.scope: trio.CancelScope | None = None
         self.reason: str | None = None
+        self.tool = tool
+        self.operation = operation
+        # UI prompts this call is waiting on: cancelled with the call, so they
+        # are answered (with the no-op value) instead of left hanging.
+        self.ui_scopes: set[trio.CancelScope] = set()
+
+    def stop_ui(self) -> None:
+        for scope in self.ui_scopes:
+            scope.cancel()
 
 
 class Runner:
@@ -181,6 +205,10 @@ class Runner:
         self._calls_changed = trio.Event()
         self._validators: dict[str, ArgumentValidator] = {}
         self._checked: set[SandboxPolicy] = set()
+        self._ui: Any = NoOpUI()
+        self._has_ui = False
+        self.context: dict[str, Any] = {}
+        self._pending_actions: list[PendingActionRecord] = []
         self._closed = False
 
     # --- discovery -------------------------------------------------------------
@@ -243,6 +271,18 @@ class Runner:
             self._errors.extend(errors)
             for info in infos:
                 self._register(info)
+        # The hidden built-in `resolve` exists only when some tool can defer its
+        # effect (as in the original design, where it names a pending action).
+        if any(t.deferrable for t in self._tools.values()) and "resolve" not in self._tools:
+            self._tools["resolve"] = ToolInfo(
+                name="resolve",
+                label="Resolve",
+                description="Apply or discard the newest pending preview.",
+                parameters=RESOLVE_SCHEMA,
+                module="<built-in>",
+                source=ToolSource("builtin", "xcsh-run", "user"),
+                hidden=True,
+            )
 
     def _register(self, info: ToolInfo) -> None:
         if info.name in self._builtins:
@@ -321,6 +361,9 @@ class Runner:
                     concurrency=d.concurrency,
                     timeout=d.timeout,
                     params_kind=d.params_kind,
+                    has_on_session=d.has_on_session,
+                    has_render_call=d.has_render_call,
+                    has_render_result=d.has_render_result,
                 )
             )
         return infos, errors
@@ -370,6 +413,9 @@ class Runner:
                     sandbox=config,
                     workdir=workdir,
                     output_limit=policy.output_mb * MiB if policy.output_mb is not None else None,
+                    has_ui=self._has_ui,
+                    on_request=self._on_worker_request,
+                    on_notification=self._on_worker_notification,
                 )
                 self._workers.add(worker)
                 self._policies[worker] = policy
@@ -480,6 +526,7 @@ class Runner:
         tool_call_id: str | None = None,
         ctx: Mapping[str, Any] | None = None,
         sandbox: SandboxPolicy | None = None,
+        operation_id: str | None = None,
     ) -> ToolResult:
         """Run one tool call to its single terminal result.
 
@@ -494,6 +541,8 @@ class Runner:
             tool_call_id: an id for :meth:`cancel` and for the tool; generated if absent.
             ctx: read-only state shared with the tool as ``ctx``.
             sandbox: this call's policy, instead of the tool's or the runner's.
+            operation_id: groups calls into one operation: a tool's
+                ``ctx.abort()`` cancels every running call of its operation.
 
         Returns:
             The result; ``is_error`` is True for every failure.
@@ -514,6 +563,8 @@ class Runner:
                 f"arguments for {name!r} must be a JSON object, got {type(args).__name__}",
                 path="$",
             )
+        if info.module == "<built-in>":
+            return await self._resolve(args)
         validator = self._validator(info)
         if validator is not None:
             try:
@@ -536,10 +587,11 @@ class Runner:
             raise ConfigError(f"timeout must be a positive number of seconds, got {timeout!r}")
         if call_id in self._calls:
             raise ConfigError(f"tool_call_id {call_id!r} is already running; ids must be unique")
-        call = _Call(call_id)
+        call = _Call(call_id, name, operation_id)
         self._calls[call_id] = call
+        state = {**self.context, **(ctx or {})}
         try:
-            result = await self._run_call(info, call, raw_args, dict(ctx or {}), on_update, timeout, policy)
+            result = await self._run_call(info, call, raw_args, state, on_update, timeout, policy)
             if self.unenforced and policy is self.sandbox:
                 result = msgspec.structs.replace(result, unenforced=list(self.unenforced))
             return result
@@ -605,6 +657,7 @@ class Runner:
                     worker = await self._acquire(info, timeout, policy)
                 except _LoadFailed as exc:
                     return error_result(ErrorKind.LOAD_ERROR, str(exc), stderr_tail=exc.stderr_tail, module=info.module)
+                await self._sync_ui(worker)
                 params = p.CallParams(call_id=call.call_id, tool=info.name, arguments=raw_args, ctx=ctx)
                 pending = await worker.send_request(p.M_CALL, params, on_update=(call.call_id, deliver))
                 await pending.event.wait()
@@ -654,6 +707,9 @@ class Runner:
     async def _ladder(self, worker: WorkerProcess, call_id: str, reason: str, pending: _Pending | None) -> str:
         """Stop a call: $/cancel + SIGTERM, grace, then kill the tree. Returns the rung."""
         rung = "killed"
+        call = self._calls.get(call_id)
+        if call is not None:
+            call.stop_ui()
         with trio.CancelScope(shield=True):
             with trio.move_on_after(self.grace):
                 await worker.notify(p.N_CANCEL, p.CancelParams(call_id=call_id, reason=reason))
@@ -705,6 +761,222 @@ class Runner:
             )
         return ToolResult(content=result.content, details=result.details)
 
+    # --- the host API: UI, logs, abort, session events, renders, pending actions ---
+
+    def set_ui_context(self, ui: Any | None, has_ui: bool = True) -> None:
+        """Attach a UI (sync or async methods of SPEC §2's UI), or None for the no-op one.
+
+        Takes effect at once, for live workers too: their ``api.has_ui`` changes.
+        """
+        self._ui = ui if ui is not None else NoOpUI()
+        self._has_ui = has_ui and ui is not None
+        for worker in list(self._workers):
+            if worker.alive:
+                # Now for calls already running; _sync_ui also runs before the
+                # next request, so a call started right after this sees it.
+                self._nursery.start_soon(self._sync_ui, worker)
+
+    async def _sync_ui(self, worker: WorkerProcess) -> None:
+        if worker.has_ui != self._has_ui:
+            worker.has_ui = self._has_ui
+            await worker.notify(p.N_UI_CHANGED, p.UiChangedParams(has_ui=self._has_ui))
+
+    def set_context(self, state: Mapping[str, Any]) -> None:
+        """The session/model state shared with tools as ``ctx`` (read-only on their side)."""
+        self.context = dict(state)
+
+    async def _on_worker_request(self, worker: WorkerProcess, request: p.Request) -> Any:
+        if request.method != p.M_UI:
+            raise RemoteRequestRefused(int(p.ErrorCode.METHOD_NOT_FOUND), f"unknown method {request.method!r}")
+        params = msgspec.json.decode(request.params, type=p.UiParams)
+        if params.method not in p.UI_METHODS:
+            raise RemoteRequestRefused(int(p.ErrorCode.INVALID_PARAMS), f"unknown UI method {params.method!r}")
+        default = UI_DEFAULTS[params.method]
+        call = self._calls.get(params.call_id) if params.call_id else None
+        if call is not None and call.reason is not None:
+            return default  # the call is being cancelled: answer now, show nothing
+        with trio.CancelScope() as scope:
+            if call is not None:
+                call.ui_scopes.add(scope)
+            try:
+                return await call_ui(self._ui, params.method, params.args)
+            except Exception as exc:
+                log.warning("UI method %s raised %r; answering %r", params.method, exc, default)
+                return default
+            finally:
+                if call is not None:
+                    call.ui_scopes.discard(scope)
+        return default  # cancelled with its call
+
+    def _on_worker_notification(self, worker: WorkerProcess, message: p.Notification) -> None:
+        if message.method == p.N_LOG:
+            record = msgspec.json.decode(message.params, type=p.LogParams)
+            tool = self._calls[record.call_id].tool if record.call_id in self._calls else None
+            tool_log.log(
+                record.level,
+                "%s",
+                record.message,
+                extra={"tool": tool or os.path.basename(worker.module), "call_id": record.call_id, "pid": worker.pid,
+                       "tool_logger": record.logger},
+            )  # fmt: skip
+        elif message.method == p.N_ABORT:
+            abort = msgspec.json.decode(message.params, type=p.AbortParams)
+            self._abort(abort.call_id, abort.reason)
+        elif message.method == p.N_PENDING:
+            push = msgspec.json.decode(message.params, type=p.PendingPushParams)
+            self._pending_actions.append(
+                PendingActionRecord(push.action_id, worker, push.label, push.details, push.source_tool_name,
+                                    push.call_id)
+            )  # fmt: skip
+        elif message.method == p.M_UI:
+            ui = msgspec.json.decode(message.params, type=p.UiParams)
+            if ui.method in ("notify", "set_status", "set_editor_text"):
+                self._nursery.start_soon(self._fire_ui, ui.method, ui.args)
+
+    async def _fire_ui(self, method: str, args: list[Any]) -> None:
+        try:
+            await call_ui(self._ui, method, args)
+        except Exception as exc:
+            log.warning("UI method %s raised %r", method, exc)
+
+    def _abort(self, call_id: str | None, reason: str) -> None:
+        call = self._calls.get(call_id) if call_id else None
+        if call is None:
+            return
+        why = f"aborted by {call.tool}: {reason}"
+        for other in list(self._calls.values()):
+            if other is call or (call.operation is not None and other.operation == call.operation):
+                self.cancel(other.call_id, why)
+
+    def pending_actions(self) -> list[dict[str, Any]]:
+        """Previews waiting for ``resolve``, newest last."""
+        return [a.preview() for a in self._pending_actions]
+
+    async def _resolve(self, args: Mapping[str, Any]) -> ToolResult:
+        action, reason = args.get("action"), args.get("reason")
+        if action not in ("apply", "discard") or not isinstance(reason, str):
+            return error_result(
+                ErrorKind.INVALID_ARGUMENTS, 'resolve takes {"action": "apply" | "discard", "reason": str}', path="$"
+            )
+        if not self._pending_actions:
+            return error_result(ErrorKind.TOOL_ERROR, "No pending action to resolve. Nothing to apply or discard.")
+        record = self._pending_actions.pop()  # the newest, as the original design serves previews
+        details = {"action": action, "reason": reason, "sourceToolName": record.source_tool_name,
+                   "label": record.label}  # fmt: skip
+        if record.details is not None:
+            details["sourceResultDetails"] = record.details
+        worker: WorkerProcess = record.worker
+        if not worker.alive:
+            how = describe_exit(worker.returncode) if worker.returncode is not None else "was stopped"
+            return error_result(
+                ErrorKind.TOOL_ERROR,
+                f"pending action {record.label!r} was lost: the worker that made it {how}, so it cannot be "
+                f"{'applied' if action == 'apply' else 'discarded'}",
+            )
+        try:
+            with trio.fail_after(self.default_timeout):
+                raw = await worker.request(
+                    p.M_RESOLVE, p.ResolveParams(action_id=record.action_id, action=action, reason=reason)
+                )
+        except RemoteError as exc:
+            return error_result(
+                ErrorKind.TOOL_ERROR, exc.error.message, traceback=_str_or_none(exc.data.get("traceback"))
+            )
+        except (WorkerDied, RemoteProtocolError, trio.TooSlowError) as exc:
+            return error_result(ErrorKind.TOOL_ERROR, f"pending action {record.label!r} was lost: {exc}")
+        outcome = msgspec.json.decode(raw, type=p.ResolveResult).result
+        if outcome is None:
+            text = f"Discarded: {record.label}. Reason: {reason}"
+            return ToolResult(content=[{"type": "text", "text": text}], details=details)
+        return ToolResult(content=outcome.content, details={**details, "result": outcome.details})
+
+    async def emit_session_event(self, event: Mapping[str, Any], *, timeout: float = 5.0) -> list[str]:
+        """Deliver a session event to every live worker with ``on_session`` tools.
+
+        Waits at most ``timeout`` seconds; a hook that raises or takes longer
+        becomes a warning (returned, and logged), never an error.
+        """
+        payload = validate_event(event)
+        modules = {t.module for t in self._tools.values() if t.has_on_session}
+        targets = [w for w in self._workers if w.alive and w.module in modules]
+        warnings: list[str] = []
+
+        async def deliver(worker: WorkerProcess) -> None:
+            with trio.move_on_after(timeout) as scope:
+                try:
+                    raw = await worker.request(p.M_SESSION, p.SessionParams(event=payload, ctx=self.context))
+                    warnings.extend(msgspec.json.decode(raw, type=p.SessionResult).warnings)
+                except (RemoteError, WorkerDied, RemoteProtocolError) as exc:
+                    warnings.append(f"{os.path.basename(worker.module)}: session event not delivered: {exc}")
+            if scope.cancelled_caught:
+                warnings.append(f"{os.path.basename(worker.module)}: on_session did not return within {timeout:g} s")
+
+        async with trio.open_nursery() as nursery:
+            for worker in targets:
+                nursery.start_soon(deliver, worker)
+        for warning in warnings:
+            log.warning("session event %s: %s", payload["reason"], warning)
+        return warnings
+
+    async def render_call(self, name: str, args: Any, theme: Any = None, *, timeout: float = 2.0) -> str:
+        """The tool's ``render_call(args, theme)``, run in its worker; the default rendering on any trouble."""
+        info = self._tools.get(name)
+        default = default_render_call(info.label if info else name, args)
+        if info is None or not info.has_render_call:
+            return default
+        return await self._render(
+            info, p.RenderParams(tool=name, kind="call", args=args, theme=theme), default, timeout
+        )
+
+    async def render_result(
+        self,
+        name: str,
+        result: ToolResult,
+        options: Mapping[str, Any] | None = None,
+        theme: Any = None,
+        args: Any = None,
+        *,
+        timeout: float = 2.0,
+    ) -> str:
+        """The tool's ``render_result(result, options, theme, args)`` in its worker, or the default.
+
+        ``options`` is ``{expanded, is_partial, spinner_frame}``.
+        """
+        info = self._tools.get(name)
+        default = default_render_result(result)
+        if info is None or not info.has_render_result:
+            return default
+        opts = {"expanded": False, "is_partial": False, "spinner_frame": None, **(options or {})}
+        params = p.RenderParams(tool=name, kind="result", args=args, result=result.to_json(), options=opts, theme=theme)
+        return await self._render(info, params, default, timeout)
+
+    async def _render(self, info: ToolInfo, params: p.RenderParams, default: str, timeout: float) -> str:
+        policy = self.policy_for(info.name)
+        try:
+            worker = await self._acquire(info, self.load_timeout, policy)
+        except _LoadFailed as exc:
+            log.warning("render_%s of %s: no worker (%s); default rendering used", params.kind, info.name, exc)
+            return default
+        healthy = False
+        try:
+            with trio.move_on_after(timeout):
+                raw = await worker.request(p.M_RENDER, params)
+                healthy = True
+                return msgspec.json.decode(raw, type=p.RenderResult).text
+            log.warning("render_%s of %s did not return within %g s; default rendering used", params.kind,
+                        info.name, timeout)  # fmt: skip
+        except (RemoteError, WorkerDied, RemoteProtocolError, msgspec.DecodeError) as exc:
+            healthy = isinstance(exc, RemoteError)
+            log.warning("render_%s of %s failed (%s); default rendering used", params.kind, info.name, exc)
+        finally:
+            # A hook that hung has a worker stuck in it: that worker goes.
+            if healthy and worker.alive:
+                self._release(worker)
+            else:
+                with trio.CancelScope(shield=True):
+                    await self._retire(worker)
+        return default
+
     # --- lifecycle ---------------------------------------------------------------
 
     def statistics(self) -> RunnerStatistics:
@@ -733,6 +1005,8 @@ class Runner:
             with trio.move_on_after(self.grace + 1.0):
                 while self._calls:
                     await self._calls_changed.wait()
+            # `shutdown` reaches every live worker before it is stopped, bounded.
+            await self.emit_session_event({"reason": "shutdown", "previousSessionFile": None}, timeout=self.grace)
             async with trio.open_nursery() as nursery:
                 for worker in list(self._workers):
                     nursery.start_soon(self._shutdown_worker, worker)

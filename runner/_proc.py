@@ -31,7 +31,7 @@ import signal
 import subprocess
 import sys
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -100,6 +100,18 @@ class RemoteError(Exception):
         return self.error.data if isinstance(self.error.data, dict) else {}
 
 
+class RemoteRequestRefused(Exception):
+    """Raised by a host handler to answer a worker's request with a JSON-RPC error."""
+
+    def __init__(self, code: int, message: str) -> None:
+        self.code = code
+        super().__init__(message)
+
+
+RequestHandler = Callable[["WorkerProcess", p.Request], Awaitable[Any]]
+NotificationHandler = Callable[["WorkerProcess", p.Notification], None]
+
+
 class _Pending:
     """One request in flight: its answer, or the reason there will be none."""
 
@@ -149,6 +161,7 @@ class WorkerProcess:
         self.output_limit = output_limit
         self.output_exceeded = False
         self.unenforced: list[str] = []
+        self.has_ui = False
         self.state = WorkerState.STARTING
         self.pid = 0
         self.returncode: int | None = None
@@ -168,6 +181,9 @@ class WorkerProcess:
         self._last_id = 0
         self._exited = trio.Event()
         self._finished = trio.Event()
+        self._tasks: trio.Nursery | None = None
+        self.on_request: RequestHandler | None = None
+        self.on_notification: NotificationHandler | None = None
         self._readers_left = 3
         self._readers_done = trio.Event()
 
@@ -189,6 +205,9 @@ class WorkerProcess:
         sandbox: p.SandboxConfig | None = None,
         workdir: Path | None = None,
         output_limit: int | None = None,
+        has_ui: bool = False,
+        on_request: RequestHandler | None = None,
+        on_notification: NotificationHandler | None = None,
     ) -> WorkerProcess:
         """Spawn a worker, attach it to ``boundary`` and run the handshake.
 
@@ -204,6 +223,10 @@ class WorkerProcess:
             workdir=workdir,
             output_limit=output_limit,
         )
+        # Before the worker can say anything: a factory may already use the UI or the logger.
+        self.on_request = on_request
+        self.on_notification = on_notification
+        self.has_ui = has_ui  # what the worker was last told
         fds: list[int] = []
         try:
             to_r, to_w = os.pipe()
@@ -250,6 +273,7 @@ class WorkerProcess:
                 max_frame_bytes=max_frame_bytes,
                 cgroup_kill_path=boundary.kill_path,
                 sandbox=sandbox or p.SandboxConfig(level="none"),
+                has_ui=has_ui,
             )
             raw = await self.request(p.M_INITIALIZE, init)
             result = msgspec.json.decode(raw, type=p.InitializeResult)
@@ -275,6 +299,7 @@ class WorkerProcess:
         protocol, out, err = streams
         try:
             async with trio.open_nursery() as nursery:
+                self._tasks = nursery
                 nursery.start_soon(self._read_protocol, protocol)
                 nursery.start_soon(self._drain, out, self.stdout_tail)
                 nursery.start_soon(self._drain, err, self.stderr_tail)
@@ -392,9 +417,14 @@ class WorkerProcess:
                 handler = self._update_handlers.get(update.call_id)
                 if handler is not None:
                     handler(update.partial)
+            elif self.on_notification is not None:
+                self.on_notification(self, msg)
             return
         if isinstance(msg, p.Request):
-            # Worker-to-host requests are not part of this protocol version.
+            # Answered in its own task: a UI prompt may take minutes, and the
+            # reader must keep reading meanwhile (updates, cancels, the reply).
+            if self._tasks is not None:
+                self._tasks.start_soon(self._answer, msg)
             return
         if not isinstance(msg.id, int) or not 0 < msg.id <= self._last_id:
             raise p.RemoteProtocolError(f"response to a request id the host never sent: {msg.id!r}")
@@ -406,6 +436,23 @@ class WorkerProcess:
         else:
             pending.error = RemoteError(msg.error)
         pending.event.set()
+
+    async def _answer(self, request: p.Request) -> None:
+        handler = self.on_request
+        try:
+            if handler is None:
+                raise RemoteRequestRefused(int(p.ErrorCode.METHOD_NOT_FOUND), f"unknown method {request.method!r}")
+            result = await handler(self, request)
+            reply: p.Message = p.Response(id=request.id, result=p.encode_value(result))
+        except RemoteRequestRefused as exc:
+            reply = p.ErrorResponse(id=request.id, error=p.ErrorObject(code=exc.code, message=str(exc)))
+        except msgspec.DecodeError as exc:
+            error = p.ErrorObject(code=int(p.ErrorCode.INVALID_PARAMS), message=f"bad {request.method} params: {exc}")
+            reply = p.ErrorResponse(id=request.id, error=error)
+        try:
+            await self._send_frame(p.encode_message(reply, max_frame_bytes=self.max_frame_bytes))
+        except (trio.BrokenResourceError, trio.ClosedResourceError, p.LocalProtocolError):
+            pass  # the worker is gone, or the answer is too big for it: either way it will not wait forever
 
     def _fail_pending(self, exc: BaseException) -> None:
         pending, self._pending = self._pending, {}

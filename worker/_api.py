@@ -1,16 +1,120 @@
-"""The ``api`` object every factory receives (SPEC §2, "The API object")."""
+"""The ``api`` object every factory receives (SPEC §2, "The API object").
+
+Everything that reaches the host (UI, logging, ctx.abort, pending actions)
+goes through :class:`HostLink`, which sends worker-to-host requests and
+notifications on the protocol pipe and waits for answers that the worker's
+reader thread routes back. Methods that answer something are usable from sync
+and async tools alike: inside a running asyncio loop they return an awaitable,
+elsewhere they block and return the value. Methods that answer nothing return
+:data:`DONE`, which is ``None``-like and may also be awaited.
+"""
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections.abc import Sequence
+import sys
+import threading
+import time
+from collections.abc import Callable, Generator, Mapping, Sequence
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
+from . import _protocol as p
 from . import pi as _pi
 from ._exec import ExecResult, exec_async, exec_sync
+
+if TYPE_CHECKING:
+    from ._loop import _Channel
+
+LOG_RECORDS_PER_CALL: Final = 1000
+LOG_BYTES_PER_CALL: Final = 256 * 1024
+
+
+def loop_running() -> bool:
+    """True inside a running asyncio loop on this thread (an ``async def`` tool)."""
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:  # a sync tool never pays for importing asyncio
+        return False
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+class _Done:
+    """The return value of fire-and-forget methods: falsy, and awaitable to None."""
+
+    __slots__ = ()
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return None
+        yield  # pragma: no cover - makes this a generator
+
+    def __repr__(self) -> str:
+        return "DONE"
+
+
+DONE: Final = _Done()
+
+
+class HostLink:
+    """Worker-to-host requests and notifications. Thread-safe."""
+
+    def __init__(self, channel: _Channel, current_call: Callable[[], str | None]) -> None:
+        self._channel = channel
+        self._current_call = current_call
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._waiting: dict[int, tuple[threading.Event, list[Any]]] = {}
+
+    @property
+    def call_id(self) -> str | None:
+        return self._current_call()
+
+    def notify(self, method: str, params: Any) -> None:
+        self._channel.send(p.Notification(method=method, params=p.encode_value(params)))
+
+    def request(self, method: str, params: Any) -> Any:
+        """Send a request and block until the host answers; returns its decoded result."""
+        event = threading.Event()
+        slot: list[Any] = []
+        with self._lock:
+            req_id = next(self._ids)
+            self._waiting[req_id] = (event, slot)
+        try:
+            self._channel.send(p.Request(id=req_id, method=method, params=p.encode_value(params)))
+            event.wait()
+        finally:
+            with self._lock:
+                self._waiting.pop(req_id, None)
+        outcome = slot[0]
+        if isinstance(outcome, p.ErrorObject):
+            raise RuntimeError(f"the host refused {method}: {outcome.message}")
+        return msgspec.json.decode(outcome)
+
+    async def request_async(self, method: str, params: Any) -> Any:
+        import asyncio
+
+        # A thread waits for the answer so that the event loop stays free.
+        return await asyncio.get_running_loop().run_in_executor(None, self.request, method, params)
+
+    def answer(self, message: p.Response | p.ErrorResponse) -> None:
+        """Route the host's answer to the waiting request (called by the reader thread)."""
+        if not isinstance(message.id, int):
+            return
+        with self._lock:
+            waiting = self._waiting.get(message.id)
+        if waiting is not None:
+            event, slot = waiting
+            slot.append(message.result if isinstance(message, p.Response) else message.error)
+            event.set()
 
 
 class NoOpUI:
@@ -41,30 +145,135 @@ class NoOpUI:
         return None
 
 
-def _loop_running() -> bool:
-    import sys
+_NO_UI: Final = NoOpUI()
 
-    # Only look when asyncio was imported at all: a sync tool never pays for it.
-    asyncio = sys.modules.get("asyncio")
-    if asyncio is None:
-        return False
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
+
+class HostUI:
+    """``api.ui``: each method is a request to the host's UI (a no-op when none is attached)."""
+
+    def __init__(self, api: ToolAPI) -> None:
+        self._api = api
+
+    def _ask(self, method: str, *args: Any) -> Any:
+        if not self._api.has_ui:
+            value = getattr(_NO_UI, method)(*args)
+            if loop_running():
+                return _ready(value)
+            return value
+        link = self._api._link
+        assert link is not None
+        params = p.UiParams(call_id=link.call_id, method=method, args=list(args))
+        if loop_running():
+            return link.request_async(p.M_UI, params)
+        return link.request(p.M_UI, params)
+
+    def _tell(self, method: str, *args: Any) -> _Done:
+        if self._api.has_ui and self._api._link is not None:
+            link = self._api._link
+            link.notify(p.M_UI, p.UiParams(call_id=link.call_id, method=method, args=list(args)))
+        return DONE
+
+    def select(self, title: str, options: Sequence[str]) -> Any:
+        return self._ask("select", title, list(options))
+
+    def confirm(self, title: str, message: str) -> Any:
+        return self._ask("confirm", title, message)
+
+    def input(self, title: str, placeholder: str | None = None) -> Any:
+        return self._ask("input", title, placeholder)
+
+    def editor(self, title: str, prefill: str | None = None) -> Any:
+        return self._ask("editor", title, prefill)
+
+    def get_editor_text(self) -> Any:
+        return self._ask("get_editor_text")
+
+    def notify(self, message: str, type: str = "info") -> _Done:
+        return self._tell("notify", message, type)
+
+    def set_status(self, key: str, text: str | None) -> _Done:
+        return self._tell("set_status", key, text)
+
+    def set_editor_text(self, text: str) -> _Done:
+        return self._tell("set_editor_text", text)
+
+
+async def _ready(value: Any) -> Any:
+    return value
+
+
+class _HostLogHandler(logging.Handler):
+    """Sends records to the host's log, at most so many per call (the rest are counted, then reported)."""
+
+    def __init__(self, api: ToolAPI) -> None:
+        super().__init__(logging.DEBUG)
+        self._api = api
+        self._call: str | None = None
+        self._records = 0
+        self._bytes = 0
+        self.dropped = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        link = self._api._link
+        if link is None:
+            return
+        call_id = link.call_id
+        if call_id != self._call:
+            self._call, self._records, self._bytes = call_id, 0, 0
+        try:
+            message = self.format(record)
+        except Exception:
+            message = str(record.msg)
+        self._records += 1
+        self._bytes += len(message)
+        if self._records > LOG_RECORDS_PER_CALL or self._bytes > LOG_BYTES_PER_CALL:
+            self.dropped += 1
+            return
+        link.notify(p.N_LOG, p.LogParams(call_id=call_id, level=record.levelno, logger=record.name, message=message))
+
+    def flush_dropped(self) -> None:
+        """Report how many records the bound dropped for the call that just ended."""
+        if self.dropped and self._api._link is not None:
+            link = self._api._link
+            text = (
+                f"{self.dropped} log records dropped (more than {LOG_RECORDS_PER_CALL} or {LOG_BYTES_PER_CALL} bytes)"
+            )
+            link.notify(p.N_LOG, p.LogParams(call_id=self._call, level=logging.WARNING, logger="xcsh", message=text))
+        self.dropped = 0
+
+
+class PendingAction:
+    """A preview recorded in the host; ``apply``/``reject`` stay in this worker."""
+
+    __slots__ = ("label", "apply", "reject", "details", "source_tool_name", "created")
+
+    def __init__(self, label: str, apply: Callable[..., Any], reject: Callable[..., Any] | None, details: Any,
+                 source_tool_name: str) -> None:  # fmt: skip
+        self.label = label
+        self.apply = apply
+        self.reject = reject
+        self.details = details
+        self.source_tool_name = source_tool_name
+        self.created = time.monotonic()
 
 
 class ToolAPI:
     """Given to ``factory(api)``. One instance is shared by all factories in a worker."""
 
-    def __init__(self, cwd: str) -> None:
+    def __init__(self, cwd: str, link: HostLink | None = None, has_ui: bool = False) -> None:
         self.cwd = cwd
-        self.ui: Any = NoOpUI()
-        self.has_ui = False
-        self.logger = logging.getLogger("xcsh.tool")
+        self._link = link
+        self.has_ui = has_ui
+        self.ui: Any = HostUI(self)
         self.msgspec: ModuleType = msgspec
         self.pi: ModuleType = _pi
+        self.pending_actions: dict[str, PendingAction] = {}
+        self._action_ids = itertools.count(1)
+        self.logger = logging.getLogger("xcsh.tool")
+        self.logger.setLevel(logging.DEBUG)
+        self.logger.propagate = False  # to the host only, never to the tool's stderr
+        self._log_handler = _HostLogHandler(self)
+        self.logger.addHandler(self._log_handler)
 
     def exec(self, command: str, args: Sequence[str] = (), **kwargs: Any) -> Any:
         """Run a program without a shell.
@@ -73,7 +282,7 @@ class ToolAPI:
         awaitable; elsewhere it blocks and returns the :class:`ExecResult`.
         ``exec_sync`` and ``exec_async`` are the explicit forms.
         """
-        if _loop_running():
+        if loop_running():
             return exec_async(command, args, **kwargs)
         return exec_sync(command, args, **kwargs)
 
@@ -83,5 +292,39 @@ class ToolAPI:
     async def exec_async(self, command: str, args: Sequence[str] = (), **kwargs: Any) -> ExecResult:
         return await exec_async(command, args, **kwargs)
 
-    def push_pending_action(self, action: Any) -> None:
-        raise NotImplementedError("push_pending_action is not supported by this version of xcsh-run")
+    def push_pending_action(self, action: Mapping[str, Any] | Any) -> str:
+        """Record a preview the hidden ``resolve`` tool can later apply or discard.
+
+        ``action`` has ``label`` (str), ``apply(reason)``, and optionally
+        ``reject(reason)``, ``details`` (JSON) and ``source_tool_name``. The
+        callables stay in this worker; the host keeps the preview. Returns the
+        action's id.
+        """
+
+        def field(name: str, default: Any = None) -> Any:
+            if isinstance(action, Mapping):
+                return action.get(name, default)
+            return getattr(action, name, default)
+
+        label, apply, reject = field("label"), field("apply"), field("reject")
+        if not isinstance(label, str) or not label:
+            raise TypeError("push_pending_action: 'label' must be a non-empty string")
+        if not callable(apply):
+            raise TypeError("push_pending_action: 'apply' must be callable: apply(reason) -> result")
+        if reject is not None and not callable(reject):
+            raise TypeError("push_pending_action: 'reject' must be callable or absent")
+        source = field("source_tool_name") or "custom_tool"
+        details = field("details")
+        try:
+            msgspec.json.encode(details)
+        except (TypeError, msgspec.EncodeError) as exc:
+            raise TypeError(f"push_pending_action: 'details' must be JSON-serialisable: {exc}") from None
+        action_id = f"a{next(self._action_ids)}"
+        self.pending_actions[action_id] = PendingAction(label, apply, reject, details, str(source))
+        if self._link is not None:
+            self._link.notify(
+                p.N_PENDING,
+                p.PendingPushParams(call_id=self._link.call_id, action_id=action_id, label=label,
+                                    source_tool_name=str(source), details=details),
+            )  # fmt: skip
+        return action_id

@@ -16,6 +16,7 @@ import os
 import signal as _signal
 import subprocess
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +57,29 @@ def _kill_group(proc: subprocess.Popen[bytes], grace: float) -> None:
             continue
 
 
+DRAIN_SECONDS = 0.5
+
+
+def _reader(stream: Any, chunks: list[bytes]) -> None:
+    try:
+        while data := stream.read1(65536):
+            chunks.append(data)
+    except (OSError, ValueError):
+        pass
+
+
+def _writer(stream: Any, data: bytes) -> None:
+    try:
+        stream.write(data)
+    except (OSError, ValueError):
+        pass
+    finally:
+        try:
+            stream.close()
+        except OSError:
+            pass
+
+
 def exec_sync(
     command: str,
     args: Sequence[str] = (),
@@ -67,6 +91,10 @@ def exec_sync(
     input: str | bytes | None = None,
 ) -> ExecResult:
     """Run ``command args...`` and wait for it. A non-zero exit does not raise.
+
+    The program's end is its exit, not the end of its output: a background
+    grandchild that keeps stdout open does not make this hang; output is read
+    for at most half a second after the exit.
 
     Raises:
         FileNotFoundError / PermissionError: the program could not be started.
@@ -84,6 +112,16 @@ def exec_sync(
         start_new_session=True,
     )
     killed = threading.Event()
+    out: list[bytes] = []
+    err: list[bytes] = []
+    threads = [
+        threading.Thread(target=_reader, args=(proc.stdout, out), daemon=True),
+        threading.Thread(target=_reader, args=(proc.stderr, err), daemon=True),
+    ]
+    if data is not None:
+        threads.append(threading.Thread(target=_writer, args=(proc.stdin, data), daemon=True))
+    for thread in threads:
+        thread.start()
 
     def kill(_reason: object = None) -> None:
         if not killed.is_set():
@@ -94,18 +132,21 @@ def exec_sync(
         signal.add_callback(kill)
     try:
         try:
-            out, err = proc.communicate(data, timeout=timeout)
+            proc.wait(timeout)
         except subprocess.TimeoutExpired:
             kill()
-            out, err = proc.communicate()
+            proc.wait()
     except BaseException:
         # Cancellation (ToolCancelled) lands here: never leave the child behind.
         killed.set()
         _kill_group(proc, 0.0)
         raise
+    deadline = time.monotonic() + DRAIN_SECONDS
+    for thread in threads[:2]:
+        thread.join(max(0.0, deadline - time.monotonic()))
     return ExecResult(
-        stdout=out.decode(errors="replace"),
-        stderr=err.decode(errors="replace"),
+        stdout=b"".join(out).decode(errors="replace"),
+        stderr=b"".join(err).decode(errors="replace"),
         code=proc.returncode,
         killed=killed.is_set(),
     )

@@ -34,7 +34,7 @@ from typing import Any, NoReturn
 import msgspec
 
 from . import _protocol as p
-from ._api import ToolAPI
+from ._api import HostLink, ToolAPI
 from ._signal import AbortSignal, ToolCancelled
 from ._tools import (
     LoadedTool,
@@ -117,12 +117,19 @@ class _Call:
 
 
 class _Ctx:
-    """``ctx`` for ``execute``: the host's shared state, read-only."""
+    """``ctx`` for ``execute`` and ``on_session``: the host's shared state (read-only) and ``abort()``."""
 
-    __slots__ = ("_state",)
+    __slots__ = ("_state", "_link", "_call_id")
 
-    def __init__(self, state: dict[str, Any]) -> None:
+    def __init__(self, state: dict[str, Any], link: HostLink | None = None, call_id: str | None = None) -> None:
         self._state = state
+        self._link = link
+        self._call_id = call_id
+
+    def abort(self, reason: str = "aborted by the tool") -> None:
+        """Ask the host to cancel the whole current operation (every call grouped with this one)."""
+        if self._link is not None:
+            self._link.notify(p.N_ABORT, p.AbortParams(call_id=self._call_id, reason=reason))
 
     def __getitem__(self, key: str) -> Any:
         return self._state[key]
@@ -143,7 +150,8 @@ class Worker:
         self.channel = channel
         self.init = init
         self.kill_fd = kill_fd  # the boundary's cgroup.kill, opened before the sandbox closed the path
-        self.api = ToolAPI(init.cwd)
+        self.link = HostLink(channel, lambda: self.current.call_id if self.current is not None else None)
+        self.api = ToolAPI(init.cwd, self.link, init.has_ui)
         self.tools: dict[str, LoadedTool] = {}
         self.loaded = False
         self.current: _Call | None = None
@@ -161,6 +169,13 @@ class Worker:
                     break
                 if isinstance(msg, p.Request):
                     self.requests.put(msg)
+                elif isinstance(msg, p.Response | p.ErrorResponse):
+                    self.link.answer(msg)  # to a request a tool is blocked on
+                elif isinstance(msg, p.Notification) and msg.method == p.N_UI_CHANGED:
+                    try:
+                        self.api.has_ui = msgspec.json.decode(msg.params, type=p.UiChangedParams).has_ui
+                    except msgspec.DecodeError as exc:
+                        sys.stderr.write(f"xcsh-run worker: ignoring a malformed ui/changed: {exc}\n")
                 elif isinstance(msg, p.Notification) and msg.method == p.N_CANCEL:
                     try:
                         cancel = msgspec.json.decode(msg.params, type=p.CancelParams)
@@ -237,11 +252,79 @@ class Worker:
             self.send_reply(req.id, reply)
 
     def handle_other(self, req: p.Request) -> p.Message:
+        if req.method == p.M_SESSION:
+            return self.handle_session(req)
+        if req.method == p.M_RENDER:
+            return self.handle_render(req)
+        if req.method == p.M_RESOLVE:
+            return self.handle_resolve(req)
         if req.method == p.M_SHUTDOWN:
             self.channel.send(p.Response(id=req.id, result=p.encode_value(None)))
             self.flush_and_exit(0)
         error = p.ErrorObject(code=int(p.ErrorCode.METHOD_NOT_FOUND), message=f"unknown method {req.method!r}")
         return p.ErrorResponse(id=req.id, error=error)
+
+    def _run(self, fn: Any, *args: Any) -> Any:
+        value = fn(*args)
+        if hasattr(value, "__await__"):
+            value = self.run_awaitable(value, None)
+        return value
+
+    def handle_session(self, req: p.Request) -> p.Message:
+        params = msgspec.json.decode(req.params, type=p.SessionParams)
+        warnings: list[str] = []
+        ctx = _Ctx(params.ctx, self.link)
+        for name, loaded in self.tools.items():
+            hook = loaded.tool.on_session
+            if hook is None:
+                continue
+            try:
+                self._run(hook, params.event, ctx)
+            except BaseException as exc:  # a broken hook is a warning, nothing more
+                warnings.append(f"{name}.on_session({params.event.get('reason')!r}) raised {type(exc).__name__}: {exc}")
+        return p.Response(id=req.id, result=p.encode_value(p.SessionResult(warnings=warnings)))
+
+    def handle_render(self, req: p.Request) -> p.Message:
+        params = msgspec.json.decode(req.params, type=p.RenderParams)
+        loaded = self.tools.get(params.tool)
+        hook = (
+            None
+            if loaded is None
+            else (loaded.tool.render_call if params.kind == "call" else loaded.tool.render_result)
+        )
+        if hook is None:
+            return _error(req.id, p.ErrorCode.NOT_FOUND, f"{params.tool!r} has no render_{params.kind} hook")
+        try:
+            if params.kind == "call":
+                text = self._run(hook, params.args, params.theme)
+            else:
+                text = self._run(hook, params.result, params.options, params.theme, params.args)
+        except BaseException as exc:
+            return _error(req.id, p.ErrorCode.TOOL_ERROR, f"render_{params.kind} raised {type(exc).__name__}: {exc}")
+        if not isinstance(text, str):
+            return _error(
+                req.id, p.ErrorCode.TOOL_ERROR, f"render_{params.kind} returned {type(text).__name__}, not a string"
+            )
+        return p.Response(id=req.id, result=p.encode_value(p.RenderResult(text=text)))
+
+    def handle_resolve(self, req: p.Request) -> p.Message:
+        params = msgspec.json.decode(req.params, type=p.ResolveParams)
+        action = self.api.pending_actions.pop(params.action_id, None)
+        if action is None:
+            return _error(req.id, p.ErrorCode.NOT_FOUND, f"no pending action {params.action_id!r} in this worker")
+        try:
+            if params.action == "apply":
+                value = self._run(action.apply, params.reason)
+            elif action.reject is not None:
+                value = self._run(action.reject, params.reason)
+            else:
+                value = None
+            result = None if value is None else normalize_result(value, f"{params.action}()'s result")
+            body = p.encode_value(p.ResolveResult(result=result))
+        except BaseException as exc:
+            message = str(exc) or type(exc).__name__
+            return _error(req.id, p.ErrorCode.TOOL_ERROR, message, traceback=traceback.format_exc())
+        return p.Response(id=req.id, result=body)
 
     def send_reply(self, req_id: p.JsonRpcId, reply: p.Message) -> None:
         try:
@@ -409,7 +492,9 @@ class Worker:
                 call.in_tool = True
                 if call.signal.aborted:
                     raise ToolCancelled(call.signal.reason)
-                value = tool.execute(params.call_id, args, on_update, _Ctx(params.ctx), call.signal)
+                value = tool.execute(
+                    params.call_id, args, on_update, _Ctx(params.ctx, self.link, call.call_id), call.signal
+                )
                 call.in_tool = False
                 if hasattr(value, "__await__"):
                     value = self.run_awaitable(value, call)
@@ -447,6 +532,7 @@ class Worker:
             return _error(req.id, p.ErrorCode.TOOL_ERROR, message, traceback=traceback.format_exc())
         finally:
             self.current = None
+            self.api._log_handler.flush_dropped()
 
 
 def _limit_hit(exc: BaseException) -> str | None:

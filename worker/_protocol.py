@@ -342,6 +342,7 @@ class InitializeParams(msgspec.Struct, frozen=True, omit_defaults=True):
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     cgroup_kill_path: str | None = None
     sandbox: SandboxConfig = SandboxConfig(level="none")
+    has_ui: bool = False
 
 
 class InitializeResult(msgspec.Struct, frozen=True):
@@ -418,10 +419,95 @@ class ErrorData(msgspec.Struct, frozen=True, omit_defaults=True):
     limit: str | None = None
 
 
+# --- the host API across the boundary (SPEC §2): worker -> host ---------------------
+
+
+class UiParams(msgspec.Struct, frozen=True):
+    """A UI method call from a tool: ``method`` is one of UI_METHODS, ``args`` its arguments."""
+
+    call_id: str | None
+    method: str
+    args: list[Any] = []
+
+
+UI_METHODS: Final = ("select", "confirm", "input", "notify", "set_status", "editor", "get_editor_text",
+                     "set_editor_text")  # fmt: skip
+
+
+class LogParams(msgspec.Struct, frozen=True):
+    call_id: str | None
+    level: int
+    logger: str
+    message: str
+
+
+class AbortParams(msgspec.Struct, frozen=True):
+    call_id: str | None
+    reason: str
+
+
+class PendingPushParams(msgspec.Struct, frozen=True, omit_defaults=True):
+    call_id: str | None
+    action_id: str
+    label: str
+    source_tool_name: str
+    details: Any = None
+
+
+# --- host -> worker -----------------------------------------------------------------
+
+
+class UiChangedParams(msgspec.Struct, frozen=True):
+    has_ui: bool
+
+
+class SessionParams(msgspec.Struct, frozen=True):
+    event: dict[str, Any]
+    ctx: dict[str, Any] = {}
+
+
+class SessionResult(msgspec.Struct, frozen=True):
+    warnings: list[str] = []
+
+
+class RenderParams(msgspec.Struct, frozen=True, omit_defaults=True):
+    tool: str
+    kind: Literal["call", "result"]
+    args: Any = None
+    result: Any = None
+    options: dict[str, Any] = {}
+    theme: Any = None
+
+
+class RenderResult(msgspec.Struct, frozen=True):
+    text: str
+
+
+class ResolveParams(msgspec.Struct, frozen=True):
+    action_id: str
+    action: Literal["apply", "discard"]
+    reason: str
+
+
+class ResolveResult(msgspec.Struct, frozen=True):
+    """``result`` is None when a discard had no ``reject`` (or it returned nothing)."""
+
+    result: CallResult | None
+
+
 # Method names, in one place.
 M_INITIALIZE: Final = "initialize"
 M_LOAD: Final = "load"
 M_CALL: Final = "call"
 M_SHUTDOWN: Final = "shutdown"
+M_SESSION: Final = "session"
+M_RENDER: Final = "render"
+M_RESOLVE: Final = "pending/resolve"
 N_UPDATE: Final = "update"
 N_CANCEL: Final = "$/cancel"
+N_UI_CHANGED: Final = "ui/changed"
+# worker -> host
+M_UI: Final = "ui"
+N_LOG: Final = "log"
+N_ABORT: Final = "abort"
+N_PENDING: Final = "pending/push"
