@@ -32,11 +32,17 @@ from ._results import ErrorKind as ErrorKind
 from ._results import ToolResult as ToolResult
 from ._sandbox import SandboxPolicy as SandboxPolicy
 from ._sandbox import SandboxUnavailable as SandboxUnavailable
+from ._sync import AsyncioRunner as AsyncioRunner
+from ._sync import BlockingRunner as BlockingRunner
+from ._sync import open_asyncio_runner as open_asyncio_runner
+from ._sync import open_blocking_runner as open_blocking_runner
 from ._sync import run_tool_sync as run_tool_sync
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncioRunner",
+    "BlockingRunner",
     "Candidate",
     "ConfigError",
     "CustomToolsLoadResult",
@@ -60,6 +66,8 @@ __all__ = [
     "discover_and_load_custom_tools",
     "discover_custom_tool_paths",
     "load_custom_tools",
+    "open_asyncio_runner",
+    "open_blocking_runner",
     "open_runner",
     "run_tool_sync",
 ]

@@ -124,6 +124,8 @@ class RunnerStatistics(msgspec.Struct, frozen=True):
     busy_workers: int
     starting_workers: int
     running_calls: int
+    queued_calls: int
+    spare_workers: int
     workers_started: int
     reliable_boundary: bool
 
@@ -175,6 +177,11 @@ class Runner:
         probe: Probe,
         cgroups: CgroupRoot | None,
         unenforced: list[str],
+        max_workers: int,
+        max_calls_per_worker: int | None,
+        idle_timeout: float | None,
+        max_worker_rss_mb: int | None,
+        spare_workers: int,
     ) -> None:
         self._nursery = nursery
         self._home = home
@@ -209,6 +216,18 @@ class Runner:
         self._has_ui = False
         self.context: dict[str, Any] = {}
         self._pending_actions: list[PendingActionRecord] = []
+        # Calls past max_workers wait here, first come first served (trio's
+        # CapacityLimiter is FIFO); exclusive tools also queue on their lock.
+        self._limiter = trio.CapacityLimiter(max_workers)
+        self._exclusive: dict[str, trio.Lock] = {}
+        self.max_calls_per_worker = max_calls_per_worker
+        self.idle_timeout = idle_timeout
+        self.max_worker_rss_mb = max_worker_rss_mb
+        self.spare_count = spare_workers
+        # Started and sandboxed workers with no module yet, by policy: a cold
+        # call takes one and only pays for importing its module.
+        self._spares: dict[SandboxPolicy, list[WorkerProcess]] = {}
+        self._spawning_spares: set[SandboxPolicy] = set()
         self._closed = False
 
     # --- discovery -------------------------------------------------------------
@@ -394,6 +413,13 @@ class Runner:
         self._starting += 1
         try:
             with trio.move_on_after(timeout) as scope:
+                worker = self._take_spare(policy)
+                if worker is not None:
+                    worker.module = module
+                    raw = await worker.request(p.M_LOAD, self._load_params(candidate))
+                    result = msgspec.json.decode(raw, type=p.LoadResult)
+                    ok = True
+                    return worker, result
                 workdir = make_workdir() if policy.level != "none" else None
                 env = build_env(policy, self._env, workdir) if workdir is not None else self._env
                 try:
@@ -420,10 +446,7 @@ class Runner:
                 self._workers.add(worker)
                 self._policies[worker] = policy
                 self._started += 1
-                params = p.LoadParams(
-                    path=module, module=candidate.module, sys_path=candidate.sys_path, factory=candidate.factory
-                )
-                raw = await worker.request(p.M_LOAD, params)
+                raw = await worker.request(p.M_LOAD, self._load_params(candidate))
                 result = msgspec.json.decode(raw, type=p.LoadResult)
                 ok = True
                 return worker, result
@@ -452,6 +475,83 @@ class Runner:
                 with trio.CancelScope(shield=True):
                     await self._retire(worker)
 
+    @staticmethod
+    def _load_params(candidate: Candidate) -> p.LoadParams:
+        return p.LoadParams(
+            path=candidate.resolved, module=candidate.module, sys_path=candidate.sys_path, factory=candidate.factory
+        )
+
+    def _take_spare(self, policy: SandboxPolicy) -> WorkerProcess | None:
+        spares = self._spares.get(policy)
+        while spares:
+            worker = spares.pop()
+            if worker.alive:
+                self._nursery.start_soon(self._refill_spares, policy)
+                return worker
+        return None
+
+    async def _refill_spares(self, policy: SandboxPolicy) -> None:
+        """Keep ``spare_count`` started workers ready for ``policy`` (not for strict:
+        its Landlock rules name the module's folder, unknown until a call)."""
+        if self.spare_count <= 0 or policy.level == "strict" or self._closed or policy in self._spawning_spares:
+            return
+        self._spawning_spares.add(policy)
+        try:
+            spares = self._spares.setdefault(policy, [])
+            while len(spares) < self.spare_count and not self._closed:
+                worker = await self._start_blank(policy)
+                if worker is None:
+                    return
+                if self.closed:  # closed while it started (mypy narrows the attribute)
+                    await self._retire(worker)
+                    return
+                spares.append(worker)
+        finally:
+            self._spawning_spares.discard(policy)
+
+    async def _start_blank(self, policy: SandboxPolicy) -> WorkerProcess | None:
+        workdir = make_workdir() if policy.level != "none" else None
+        env = build_env(policy, self._env, workdir) if workdir is not None else self._env
+        try:
+            config = worker_config(policy, self._probe, module=self.cwd, cwd=self.cwd, workdir=workdir, env=env)
+            boundary = self._new_boundary(policy)
+            with trio.move_on_after(self.load_timeout):
+                worker = await WorkerProcess.start(
+                    self._nursery,
+                    module="<spare>",
+                    cwd=self.cwd,
+                    env=env,
+                    boundary=boundary,
+                    max_frame_bytes=self.max_frame_bytes,
+                    sandbox=config,
+                    workdir=workdir,
+                    output_limit=policy.output_mb * MiB if policy.output_mb is not None else None,
+                    has_ui=self._has_ui,
+                    on_request=self._on_worker_request,
+                    on_notification=self._on_worker_notification,
+                )
+                self._workers.add(worker)
+                self._policies[worker] = policy
+                self._started += 1
+                return worker
+        except (OSError, WorkerError, RemoteProtocolError, ConfigError) as exc:
+            if not self._closed:
+                log.warning("could not start a spare worker: %s", exc)
+        if workdir is not None:
+            remove_workdir(workdir)
+        return None
+
+    async def _reap_idle(self) -> None:
+        """Retire workers idle longer than ``idle_timeout`` (spares excepted)."""
+        assert self.idle_timeout is not None
+        while not self._closed:
+            await trio.sleep(min(self.idle_timeout / 2, 5.0))
+            now = trio.current_time()
+            for idle in list(self._idle.values()):
+                for worker in list(idle):
+                    if now - worker.idle_since > self.idle_timeout:
+                        await self._retire(worker)
+
     async def _acquire(self, info: ToolInfo, timeout: float, policy: SandboxPolicy) -> WorkerProcess:
         module = info.module
         idle = self._idle.get((module, policy), [])
@@ -475,6 +575,7 @@ class Runner:
 
     def _release(self, worker: WorkerProcess) -> None:
         worker.state = WorkerState.IDLE
+        worker.idle_since = trio.current_time()
         if self._closed:
             self._nursery.start_soon(self._retire, worker)
             return
@@ -495,6 +596,10 @@ class Runner:
             return False
         # RLIMIT_CPU counts a process's whole life: retire a warm worker well
         # before a later call could be killed for what earlier calls used.
+        if self.max_calls_per_worker is not None and worker.calls_served + 1 >= self.max_calls_per_worker:
+            return False
+        if self.max_worker_rss_mb is not None and worker.rss_bytes() > self.max_worker_rss_mb * MiB:
+            return False  # grown too big (a leak in the tool, or a cache): start afresh
         budget = self._policies[worker].cpu_seconds
         return budget is None or worker.cpu_seconds() < budget / 2
 
@@ -648,11 +753,20 @@ class Runner:
 
                 logging.getLogger("xcsh_run").warning("on_update callback raised %r; update dropped", exc)
 
+        lock = self._exclusive.setdefault(info.name, trio.Lock()) if info.concurrency == "exclusive" else None
+        holds_lock = holds_slot = False
         try:
             with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
                 call.scope = scope
                 if call.reason is not None:
                     scope.cancel()
+                # Queued time counts against the deadline: the caller asked for
+                # an answer within `timeout`, whatever kept it waiting.
+                if lock is not None:
+                    await lock.acquire()
+                    holds_lock = True
+                await self._limiter.acquire_on_behalf_of(call)
+                holds_slot = True
                 try:
                     worker = await self._acquire(info, timeout, policy)
                 except _LoadFailed as exc:
@@ -703,6 +817,10 @@ class Runner:
                 else:
                     with trio.CancelScope(shield=True):
                         await self._retire(worker)
+            if holds_slot:
+                self._limiter.release_on_behalf_of(call)
+            if holds_lock and lock is not None:
+                lock.release()
 
     async def _ladder(self, worker: WorkerProcess, call_id: str, reason: str, pending: _Pending | None) -> str:
         """Stop a call: $/cancel + SIGTERM, grace, then kill the tree. Returns the rung."""
@@ -979,13 +1097,23 @@ class Runner:
 
     # --- lifecycle ---------------------------------------------------------------
 
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`aclose` began."""
+        return self._closed
+
     def statistics(self) -> RunnerStatistics:
+        spares = sum(len(v) for v in self._spares.values())
         states = [w.state for w in self._workers]
+        limiter = self._limiter.statistics()
         return RunnerStatistics(
-            idle_workers=states.count(WorkerState.IDLE),
+            idle_workers=states.count(WorkerState.IDLE) - spares,
             busy_workers=states.count(WorkerState.BUSY),
             starting_workers=self._starting,
             running_calls=len(self._calls),
+            queued_calls=limiter.tasks_waiting
+            + sum(lock.statistics().tasks_waiting for lock in self._exclusive.values()),
+            spare_workers=spares,
             workers_started=self._started,
             reliable_boundary=self._cgroup_root is not None,
         )
@@ -1102,6 +1230,11 @@ async def open_runner(
     home: str | os.PathLike[str] | None = None,
     sandbox: SandboxPolicy | None = None,
     tool_policies: Mapping[str, SandboxPolicy] | None = None,
+    max_workers: int | None = None,
+    max_calls_per_worker: int | None = 1000,
+    idle_timeout: float | None = 300.0,
+    max_worker_rss_mb: int | None = 1024,
+    spare_workers: int = 1,
 ) -> AsyncIterator[Runner]:
     """Discover tools and own their workers for the duration of the block.
 
@@ -1124,6 +1257,13 @@ async def open_runner(
         sandbox: the policy of every worker (default: ``SandboxPolicy()``,
             the ``contained`` level). See :class:`SandboxPolicy`.
         tool_policies: per-tool policies by tool name, instead of ``sandbox``.
+        max_workers: calls running at once (each in its own worker); more wait
+            their turn, first come first served. Default: twice the core count, at least 4.
+        max_calls_per_worker: a warm worker is retired after this many calls.
+        idle_timeout: seconds an idle warm worker is kept.
+        max_worker_rss_mb: a warm worker grown past this is retired after its call.
+        spare_workers: workers kept started (sandboxed, no module yet) so that a
+            call needing a new worker only pays for importing its module.
 
     Raises:
         SandboxUnavailable: a policy asks for what this machine cannot
@@ -1182,12 +1322,24 @@ async def open_runner(
             probe=found,
             cgroups=cgroups,
             unenforced=unenforced,
+            max_workers=max_workers or max(4, 2 * (os.cpu_count() or 1)),
+            max_calls_per_worker=max_calls_per_worker,
+            idle_timeout=idle_timeout,
+            max_worker_rss_mb=max_worker_rss_mb,
+            spare_workers=spare_workers,
         )
         try:
+            # The spare starts while discovery runs: they overlap.
+            nursery.start_soon(runner._refill_spares, policy)
+            if idle_timeout is not None:
+                nursery.start_soon(runner._reap_idle)
             await runner.load(tool_paths, discover_sources=discover_sources)
             yield runner
         finally:
             await runner.aclose()
+            # What is left are the runner's own background tasks (the idle
+            # reaper, a spare being started): every worker is already gone.
+            nursery.cancel_scope.cancel()
 
 
 class CustomToolsLoadResult(msgspec.Struct, frozen=True):

@@ -162,6 +162,8 @@ class WorkerProcess:
         self.output_exceeded = False
         self.unenforced: list[str] = []
         self.has_ui = False
+        self.idle_since = 0.0
+        self._statm_fd = -1
         self.state = WorkerState.STARTING
         self.pid = 0
         self.returncode: int | None = None
@@ -327,6 +329,9 @@ class WorkerProcess:
                     await trio.to_thread.run_sync(self._wait_blocking)
                 self.state = WorkerState.DEAD
                 self.boundary.close()
+                if self._statm_fd >= 0:
+                    os.close(self._statm_fd)
+                    self._statm_fd = -1
                 await trio.to_thread.run_sync(self._remove_workdir)
                 os.close(self._pidfd)
                 self._pidfd = -1
@@ -477,6 +482,16 @@ class WorkerProcess:
             return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         except (OSError, IndexError, ValueError):
             return 0.0
+
+    def rss_bytes(self) -> int:
+        """The worker process's resident memory, 0 if unknown."""
+        try:
+            if self._statm_fd < 0:
+                self._statm_fd = os.open(f"/proc/{self.pid}/statm", os.O_RDONLY | os.O_CLOEXEC)
+            fields = os.pread(self._statm_fd, 128, 0).split()
+            return int(fields[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, IndexError, ValueError):
+            return 0
 
     @property
     def alive(self) -> bool:

@@ -199,10 +199,13 @@ class Worker:
                 os.write(self.kill_fd, b"1")
             except OSError:
                 pass
-        try:
-            os.killpg(0, signal.SIGKILL)
-        except OSError:
-            pass
+        # Only as the leader of our own group (the host always starts us in a
+        # new session): otherwise this would kill whoever started us by hand.
+        if os.getpgid(0) == os.getpid():
+            try:
+                os.killpg(0, signal.SIGKILL)
+            except OSError:
+                pass
         os._exit(EXIT_HOST_GONE)
 
     def cancel(self, call_id: str, reason: str) -> None:
