@@ -164,6 +164,7 @@ class WorkerProcess:
         self.has_ui = False
         self.idle_since = 0.0
         self._statm_fd = -1
+        self._stat_fd = -1
         self.state = WorkerState.STARTING
         self.pid = 0
         self.returncode: int | None = None
@@ -329,9 +330,10 @@ class WorkerProcess:
                     await trio.to_thread.run_sync(self._wait_blocking)
                 self.state = WorkerState.DEAD
                 self.boundary.close()
-                if self._statm_fd >= 0:
-                    os.close(self._statm_fd)
-                    self._statm_fd = -1
+                for fd in (self._statm_fd, self._stat_fd):
+                    if fd >= 0:
+                        os.close(fd)
+                self._statm_fd = self._stat_fd = -1
                 await trio.to_thread.run_sync(self._remove_workdir)
                 os.close(self._pidfd)
                 self._pidfd = -1
@@ -477,8 +479,10 @@ class WorkerProcess:
         if self.rusage is not None:
             return float(self.rusage.ru_utime + self.rusage.ru_stime)
         try:
-            with open(f"/proc/{self.pid}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
+            # Checked after every call: one fd kept open, re-read from offset 0.
+            if self._stat_fd < 0:
+                self._stat_fd = os.open(f"/proc/{self.pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+            fields = os.pread(self._stat_fd, 1024, 0).rsplit(b")", 1)[1].split()
             return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         except (OSError, IndexError, ValueError):
             return 0.0
