@@ -23,7 +23,7 @@ import difflib
 import itertools
 import math
 import os
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
@@ -228,6 +228,7 @@ class Runner:
         # call takes one and only pays for importing its module.
         self._spares: dict[SandboxPolicy, list[WorkerProcess]] = {}
         self._spawning_spares: set[SandboxPolicy] = set()
+        self._housekeeping: trio.Nursery | None = None  # set by open_runner
         self._closed = False
 
     # --- discovery -------------------------------------------------------------
@@ -420,32 +421,7 @@ class Runner:
                     result = msgspec.json.decode(raw, type=p.LoadResult)
                     ok = True
                     return worker, result
-                workdir = make_workdir() if policy.level != "none" else None
-                env = build_env(policy, self._env, workdir) if workdir is not None else self._env
-                try:
-                    config = worker_config(policy, self._probe, module=module, cwd=self.cwd, workdir=workdir, env=env)
-                    boundary = self._new_boundary(policy)
-                except BaseException:
-                    if workdir is not None:
-                        remove_workdir(workdir)
-                    raise
-                worker = await WorkerProcess.start(
-                    self._nursery,
-                    module=module,
-                    cwd=self.cwd,
-                    env=env,
-                    boundary=boundary,
-                    max_frame_bytes=self.max_frame_bytes,
-                    sandbox=config,
-                    workdir=workdir,
-                    output_limit=policy.output_mb * MiB if policy.output_mb is not None else None,
-                    has_ui=self._has_ui,
-                    on_request=self._on_worker_request,
-                    on_notification=self._on_worker_notification,
-                )
-                self._workers.add(worker)
-                self._policies[worker] = policy
-                self._started += 1
+                worker = await self._start_worker(policy, module)
                 raw = await worker.request(p.M_LOAD, self._load_params(candidate))
                 result = msgspec.json.decode(raw, type=p.LoadResult)
                 ok = True
@@ -486,7 +462,7 @@ class Runner:
         while spares:
             worker = spares.pop()
             if worker.alive:
-                self._nursery.start_soon(self._refill_spares, policy)
+                self._background(self._refill_spares, policy)
                 return worker
         return None
 
@@ -509,37 +485,54 @@ class Runner:
         finally:
             self._spawning_spares.discard(policy)
 
-    async def _start_blank(self, policy: SandboxPolicy) -> WorkerProcess | None:
+    async def _start_worker(self, policy: SandboxPolicy, module: str) -> WorkerProcess:
+        """A started worker under ``policy``, in its own boundary and private workdir.
+
+        ``module`` names the tool module for strict's Landlock rules (the
+        project directory stands in for a spare). Raises what
+        :meth:`WorkerProcess.start` raises, or ConfigError for a bad policy.
+        """
         workdir = make_workdir() if policy.level != "none" else None
         env = build_env(policy, self._env, workdir) if workdir is not None else self._env
         try:
-            config = worker_config(policy, self._probe, module=self.cwd, cwd=self.cwd, workdir=workdir, env=env)
+            config = worker_config(policy, self._probe, module=module, cwd=self.cwd, workdir=workdir, env=env)
             boundary = self._new_boundary(policy)
+        except BaseException:
+            if workdir is not None:
+                remove_workdir(workdir)
+            raise
+        # From here on the worker owns the workdir and the boundary.
+        worker = await WorkerProcess.start(
+            self._nursery,
+            module=module,
+            cwd=self.cwd,
+            env=env,
+            boundary=boundary,
+            max_frame_bytes=self.max_frame_bytes,
+            sandbox=config,
+            workdir=workdir,
+            output_limit=policy.output_mb * MiB if policy.output_mb is not None else None,
+            has_ui=self._has_ui,
+            on_request=self._on_worker_request,
+            on_notification=self._on_worker_notification,
+        )
+        self._workers.add(worker)
+        self._policies[worker] = policy
+        self._started += 1
+        return worker
+
+    async def _start_blank(self, policy: SandboxPolicy) -> WorkerProcess | None:
+        try:
             with trio.move_on_after(self.load_timeout):
-                worker = await WorkerProcess.start(
-                    self._nursery,
-                    module="<spare>",
-                    cwd=self.cwd,
-                    env=env,
-                    boundary=boundary,
-                    max_frame_bytes=self.max_frame_bytes,
-                    sandbox=config,
-                    workdir=workdir,
-                    output_limit=policy.output_mb * MiB if policy.output_mb is not None else None,
-                    has_ui=self._has_ui,
-                    on_request=self._on_worker_request,
-                    on_notification=self._on_worker_notification,
-                )
-                self._workers.add(worker)
-                self._policies[worker] = policy
-                self._started += 1
-                return worker
+                return await self._start_worker(policy, self.cwd)
         except (OSError, WorkerError, RemoteProtocolError, ConfigError) as exc:
             if not self._closed:
                 log.warning("could not start a spare worker: %s", exc)
-        if workdir is not None:
-            remove_workdir(workdir)
         return None
+
+    def _background(self, fn: Callable[..., Awaitable[object]], *args: Any) -> None:
+        """Run a housekeeping task that :meth:`aclose` cancels before it tears down."""
+        (self._housekeeping or self._nursery).start_soon(fn, *args)
 
     async def _reap_idle(self) -> None:
         """Retire workers idle longer than ``idle_timeout`` (spares excepted)."""
@@ -1125,6 +1118,10 @@ class Runner:
         teardown runs shielded.
         """
         self._closed = True
+        # First stop starting things (a spare half-started cleans up after
+        # itself), so that nothing new appears in the cgroups removed below.
+        if self._housekeeping is not None:
+            self._housekeeping.cancel_scope.cancel()
         with trio.CancelScope(shield=True):
             # Running calls (in their callers' tasks) stop through their own
             # ladder; give them that long before killing what is left, so that
@@ -1328,18 +1325,17 @@ async def open_runner(
             max_worker_rss_mb=max_worker_rss_mb,
             spare_workers=spare_workers,
         )
-        try:
-            # The spare starts while discovery runs: they overlap.
-            nursery.start_soon(runner._refill_spares, policy)
-            if idle_timeout is not None:
-                nursery.start_soon(runner._reap_idle)
-            await runner.load(tool_paths, discover_sources=discover_sources)
-            yield runner
-        finally:
-            await runner.aclose()
-            # What is left are the runner's own background tasks (the idle
-            # reaper, a spare being started): every worker is already gone.
-            nursery.cancel_scope.cancel()
+        async with trio.open_nursery() as housekeeping:
+            runner._housekeeping = housekeeping
+            try:
+                # The spare starts while discovery runs: they overlap.
+                runner._background(runner._refill_spares, policy)
+                if idle_timeout is not None:
+                    runner._background(runner._reap_idle)
+                await runner.load(tool_paths, discover_sources=discover_sources)
+                yield runner
+            finally:
+                await runner.aclose()  # cancels the housekeeping tasks first
 
 
 class CustomToolsLoadResult(msgspec.Struct, frozen=True):

@@ -60,31 +60,8 @@ class UIContext(Protocol):
 
 
 class NoOpUI:
-    """The host's UI when none is attached: nothing is shown, every answer is empty."""
-
-    def select(self, title: str, options: list[str]) -> str | None:
-        return None
-
-    def confirm(self, title: str, message: str) -> bool:
-        return False
-
-    def input(self, title: str, placeholder: str | None = None) -> str | None:
-        return None
-
-    def notify(self, message: str, type: str = "info") -> None:
-        return None
-
-    def set_status(self, key: str, text: str | None) -> None:
-        return None
-
-    def editor(self, title: str, prefill: str | None = None) -> str | None:
-        return None
-
-    def get_editor_text(self) -> str:
-        return ""
-
-    def set_editor_text(self, text: str) -> None:
-        return None
+    """The host's UI when none is attached: it has no methods, so :func:`call_ui`
+    answers every request with the empty value of ``UI_DEFAULTS`` and shows nothing."""
 
 
 async def call_ui(ui: Any, method: str, args: list[Any]) -> Any:
