@@ -138,7 +138,7 @@ class _LoadFailed(Exception):
 
 
 class _Call:
-    __slots__ = ("call_id", "scope", "reason", "tool", "operation", "ui_scopes")
+    __slots__ = ("call_id", "scope", "reason", "tool", "operation", "ui_scopes", "stopping")
 
     def __init__(self, call_id: str, tool: str = "", operation: str | None = None) -> None:
         self.call_id = call_id
@@ -149,6 +149,7 @@ class _Call:
         # UI prompts this call is waiting on: cancelled with the call, so they
         # are answered (with the no-op value) instead of left hanging.
         self.ui_scopes: set[trio.CancelScope] = set()
+        self.stopping = False
 
     def stop_ui(self) -> None:
         for scope in self.ui_scopes:
@@ -820,6 +821,7 @@ class Runner:
         rung = "killed"
         call = self._calls.get(call_id)
         if call is not None:
+            call.stopping = True  # timeouts too: no new UI prompt from here on
             call.stop_ui()
         with trio.CancelScope(shield=True):
             with trio.move_on_after(self.grace):
@@ -904,8 +906,8 @@ class Runner:
             raise RemoteRequestRefused(int(p.ErrorCode.INVALID_PARAMS), f"unknown UI method {params.method!r}")
         default = UI_DEFAULTS[params.method]
         call = self._calls.get(params.call_id) if params.call_id else None
-        if call is not None and call.reason is not None:
-            return default  # the call is being cancelled: answer now, show nothing
+        if call is not None and (call.reason is not None or call.stopping):
+            return default  # the call is being stopped: answer now, show nothing
         with trio.CancelScope() as scope:
             if call is not None:
                 call.ui_scopes.add(scope)
@@ -994,10 +996,15 @@ class Runner:
                 ErrorKind.TOOL_ERROR, exc.error.message, traceback=_str_or_none(exc.data.get("traceback"))
             )
         except (WorkerDied, RemoteProtocolError, trio.TooSlowError) as exc:
+            if isinstance(exc, trio.TooSlowError):
+                # It may still be running apply(): that worker cannot be trusted with more work.
+                with trio.CancelScope(shield=True):
+                    await self._retire(worker)
             return error_result(ErrorKind.TOOL_ERROR, f"pending action {record.label!r} was lost: {exc}")
         outcome = msgspec.json.decode(raw, type=p.ResolveResult).result
         if outcome is None:
-            text = f"Discarded: {record.label}. Reason: {reason}"
+            verb = "Applied" if action == "apply" else "Discarded"
+            text = f"{verb}: {record.label}. Reason: {reason}"
             return ToolResult(content=[{"type": "text", "text": text}], details=details)
         return ToolResult(content=outcome.content, details={**details, "result": outcome.details})
 

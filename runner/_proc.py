@@ -278,8 +278,15 @@ class WorkerProcess:
                 sandbox=sandbox or p.SandboxConfig(level="none"),
                 has_ui=has_ui,
             )
-            raw = await self.request(p.M_INITIALIZE, init)
-            result = msgspec.json.decode(raw, type=p.InitializeResult)
+            try:
+                raw = await self.request(p.M_INITIALIZE, init)
+                result = msgspec.json.decode(raw, type=p.InitializeResult)
+            except RemoteError as exc:
+                # A refusal to start (version, sandbox) says nothing about the
+                # tool module: it must not be mistaken for (or cached as) a load error.
+                raise WorkerStartupError(f"the worker refused to start: {exc.error.message}") from None
+            except msgspec.DecodeError as exc:
+                raise RemoteProtocolError(f"malformed initialize result: {exc}") from None
             self.unenforced = result.unenforced
             if result.protocol_version != p.PROTOCOL_VERSION:
                 raise RemoteProtocolError(

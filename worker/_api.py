@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from ._loop import _Channel
 
 LOG_RECORDS_PER_CALL: Final = 1000
-LOG_BYTES_PER_CALL: Final = 256 * 1024
+LOG_CHARS_PER_CALL: Final = 256 * 1024
 
 
 def loop_running() -> bool:
@@ -226,7 +226,7 @@ class _HostLogHandler(logging.Handler):
             message = str(record.msg)
         self._records += 1
         self._bytes += len(message)
-        if self._records > LOG_RECORDS_PER_CALL or self._bytes > LOG_BYTES_PER_CALL:
+        if self._records > LOG_RECORDS_PER_CALL or self._bytes > LOG_CHARS_PER_CALL:
             self.dropped += 1
             return
         link.notify(p.N_LOG, p.LogParams(call_id=call_id, level=record.levelno, logger=record.name, message=message))
@@ -236,7 +236,8 @@ class _HostLogHandler(logging.Handler):
         if self.dropped and self._api._link is not None:
             link = self._api._link
             text = (
-                f"{self.dropped} log records dropped (more than {LOG_RECORDS_PER_CALL} or {LOG_BYTES_PER_CALL} bytes)"
+                f"{self.dropped} log records dropped (a call may log {LOG_RECORDS_PER_CALL} records "
+                f"or {LOG_CHARS_PER_CALL} characters)"
             )
             link.notify(p.N_LOG, p.LogParams(call_id=self._call, level=logging.WARNING, logger="xcsh", message=text))
         self.dropped = 0

@@ -183,7 +183,7 @@ class Worker:
                         sys.stderr.write(f"xcsh-run worker: ignoring a malformed $/cancel: {exc}\n")
                         continue
                     self.cancel(cancel.call_id, cancel.reason)
-                # Anything else is ignored: responses to worker requests do not exist yet.
+                # Any other notification is ignored, as JSON-RPC allows.
         except (p.RemoteProtocolError, msgspec.DecodeError) as exc:
             sys.stderr.write(f"xcsh-run worker: the host sent a malformed message: {exc}\n")
         except OSError:

@@ -321,7 +321,7 @@ class FrameDecoder:
 class SandboxConfig(msgspec.Struct, frozen=True, omit_defaults=True):
     """What the worker must apply to itself before it imports tool code (see worker/_sandbox.py)."""
 
-    level: Literal["none", "contained", "strict"] = "contained"
+    level: Literal["none", "contained", "strict"]
     cpu_seconds: int | None = None
     open_files: int | None = None
     file_size_bytes: int | None = None
