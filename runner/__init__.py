@@ -19,6 +19,12 @@ from ._errors import RunnerError as RunnerError
 from ._errors import WorkerDied as WorkerDied
 from ._errors import WorkerError as WorkerError
 from ._errors import WorkerStartupError as WorkerStartupError
+from ._fuzz import FuzzFailure as FuzzFailure
+from ._fuzz import FuzzReport as FuzzReport
+from ._fuzz import PropertyReport as PropertyReport
+from ._fuzz import assert_fuzz_clean as assert_fuzz_clean
+from ._fuzz import fuzz_tool as fuzz_tool
+from ._fuzz import fuzz_tool_sync as fuzz_tool_sync
 from ._host import CustomToolsLoadResult as CustomToolsLoadResult
 from ._host import LoadError as LoadError
 from ._host import Runner as Runner
@@ -48,8 +54,11 @@ __all__ = [
     "CustomToolsLoadResult",
     "ErrorInfo",
     "ErrorKind",
+    "FuzzFailure",
+    "FuzzReport",
     "LoadError",
     "LocalProtocolError",
+    "PropertyReport",
     "ProtocolError",
     "RemoteProtocolError",
     "Runner",
@@ -63,8 +72,11 @@ __all__ = [
     "WorkerDied",
     "WorkerError",
     "WorkerStartupError",
+    "assert_fuzz_clean",
     "discover_and_load_custom_tools",
     "discover_custom_tool_paths",
+    "fuzz_tool",
+    "fuzz_tool_sync",
     "load_custom_tools",
     "open_asyncio_runner",
     "open_blocking_runner",

@@ -49,7 +49,7 @@ _EXIT_BY_KIND = {
     "cancelled": ExitCode.CANCELLED,
 }
 
-COMMANDS = ("run", "list", "describe", "serve")
+COMMANDS = ("run", "list", "describe", "serve", "fuzz")
 
 HELP = """Run LLM-agent custom tools in isolated, killable worker processes.
 
@@ -57,6 +57,7 @@ HELP = """Run LLM-agent custom tools in isolated, killable worker processes.
   xcsh-run TOOL --args '{"key": "value"}'   run one tool (same as: xcsh-run run TOOL ...)
   xcsh-run list                             tools found, and modules that failed to load
   xcsh-run describe TOOL                    a tool's JSON Schema and flags
+  xcsh-run fuzz TOOL                        fuzz a tool with arguments generated from its schema
 
 \b
 Tools are found, in this order of precedence, in:
@@ -489,6 +490,89 @@ def serve_command(
     except RunnerError as exc:
         _fail(str(exc))
     raise typer.Exit(code)
+
+
+@app.command("fuzz")
+@with_sandbox_options
+def fuzz_command(
+    tool: Annotated[list[str], typer.Argument(help="The tool's name (several may be given).")],
+    examples: Annotated[int, typer.Option("--examples", help="Examples per property.")] = 100,
+    seed: Annotated[
+        int | None, typer.Option("--seed", help="The run's seed: the same seed replays the same run [random, printed].")
+    ] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option("--timeout", help="Seconds per call before it counts as a hang [the tool's, else 10]."),
+    ] = None,
+    junit: Annotated[str | None, typer.Option("--junit", metavar="FILE", help="Also write a JUnit XML report.")] = None,
+    fail_on_tool_error: Annotated[
+        bool, typer.Option("--fail-on-tool-error", help="Count a tool_error on valid arguments as a failure.")
+    ] = False,
+    tools: ToolsOpt = None,
+    load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT,
+    *,
+    sandbox: SandboxPolicy,
+) -> None:
+    """Fuzz tools with arguments generated from their own JSON Schema (see docs/fuzzing.md).
+
+    \b
+    Exit codes:
+      0  no failure found
+      1  a failure was found (each is printed with a command that reproduces it)
+      2  usage error, unknown tool, or the tool could not be fuzzed
+    130  interrupted
+    """
+    # Imported here: hypothesis is only paid for by `xcsh-run fuzz`.
+    from ._fuzz import FuzzReport, fuzz_tool
+
+    if examples < 1:
+        _fail(f"--examples must be at least 1, got {examples}")
+    for label, value in (("--timeout", timeout), ("--load-timeout", load_timeout)):
+        if value is not None and not value > 0:
+            _fail(f"{label} must be a positive number of seconds, got {value:g}")
+    interrupted: list[str] = []
+
+    async def main() -> FuzzReport | None:
+        report = None
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                    async for signum in signals:
+                        # Cancelling stops the call in flight through the ladder.
+                        interrupted.append(signal.Signals(signum).name)
+                        nursery.cancel_scope.cancel()
+
+            nursery.start_soon(watch)
+            try:
+                report = await fuzz_tool(
+                    tool,
+                    tool_paths=tools or (),
+                    examples=examples,
+                    seed=seed,
+                    timeout=timeout,
+                    fail_on_tool_error=fail_on_tool_error,
+                    sandbox=sandbox,
+                    load_timeout=load_timeout,
+                )
+            except RunnerError as exc:  # caught here: out of the nursery it would be an ExceptionGroup
+                problems.append(str(exc))
+            nursery.cancel_scope.cancel()
+        return report  # None if a signal cancelled the run
+
+    problems: list[str] = []
+    report = trio.run(main)
+    if problems:
+        _fail(problems[0])
+    if report is None:
+        _fail(f"interrupted by {interrupted[0] if interrupted else 'a signal'}", ExitCode.CANCELLED)
+    typer.echo(report.summary())
+    if junit is not None:
+        try:
+            report.write_junit(junit)
+        except OSError as exc:
+            _fail(f"cannot write --junit {junit!r}: {exc.strerror}")
+    raise typer.Exit(report.exit_code)
 
 
 def _with_default_command(argv: list[str]) -> Iterator[str]:
