@@ -13,6 +13,9 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@# Where PYTHONDONTWRITEBYTECODE is set, nothing would ever cache the host's own
+	@# modules: compile them once, or every cold `xcsh-run` compiles them again.
+	$(BIN)/python -m compileall -q runner worker
 	rm -f $(VENV)/.installed-*
 	touch $@
 

@@ -26,6 +26,7 @@ from ._errors import RunnerError
 from ._host import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT, DEFAULT_TIMEOUT, Runner, open_runner
 from ._results import ToolResult
 from ._sandbox import LEVELS, SandboxPolicy
+from ._terminal import TerminalUI, configure_log_file
 
 # The MCP server's default, repeated here so that `xcsh-run TOOL` does not import it.
 DEFAULT_MAX_MESSAGE_BYTES = 16 * 2**20
@@ -91,6 +92,10 @@ ToolsOpt = Annotated[
     typer.Option("--tools", help="A tool file or folder to add (repeatable); relative to the current directory."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for programs instead of text.")]
+LogFileOpt = Annotated[
+    str | None,
+    typer.Option("--log-file", help="Where host and tool log records go [~/.local/state/xcsh-run/xcsh-run.log]."),
+]
 LoadTimeoutOpt = Annotated[
     float, typer.Option("--load-timeout", help="Seconds a module may take to import and run its factory.")
 ]
@@ -317,11 +322,25 @@ def run_command(
     ] = False,
     tools: ToolsOpt = None,
     load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT,
+    log_file: LogFileOpt = None,
+    resolve: Annotated[
+        str,
+        typer.Option(
+            "--resolve",
+            help="What to do with previews the tool left for `resolve`: apply, discard, or ask "
+            "(on a terminal; discard otherwise).",
+        ),
+    ] = "ask",
     *,
     sandbox: SandboxPolicy,
 ) -> None:
     """Run one tool call and print its result."""
+    if resolve not in ("ask", "apply", "discard"):
+        _fail(f"--resolve must be ask, apply or discard, got {resolve!r}")
     arguments = parse_arguments(args, args_file)
+    configure_log_file(log_file)
+    # A person at the terminal answers the tool's UI prompts (unless stdin carried the arguments).
+    interactive = sys.stdin.isatty() and sys.stderr.isatty() and "-" not in (args, args_file)
     for label, value in (("--timeout", timeout), ("--grace", grace), ("--load-timeout", load_timeout)):
         if value is not None and not value > 0:
             _fail(f"{label} must be a positive number of seconds, got {value:g}")
@@ -333,20 +352,36 @@ def run_command(
         elif status is not None:
             status.update(partial)
 
-    async def main() -> ToolResult:
+    async def main() -> tuple[ToolResult, str | None]:
         call_id = "cli-call"
         async with (
             open_runner(tools or (), grace=grace, load_timeout=load_timeout, sandbox=sandbox) as runner,
             trio.open_nursery() as nursery,
         ):
             _warn(runner.warnings)
+            if interactive:
+                runner.set_ui_context(TerminalUI(status.clear if status is not None else None))
             nursery.start_soon(_watch_signals, runner, call_id)
             result = await runner.call_tool(tool, arguments, on_update=on_update, timeout=timeout, tool_call_id=call_id)
+            # This process ends with the call, and so do the previews' workers:
+            # settle them now, newest first, as `resolve` would.
+            for preview in reversed(runner.pending_actions()):
+                action = resolve
+                if action == "ask":
+                    ok = interactive and await TerminalUI(None).confirm("resolve", f"apply: {preview['label']}?")
+                    action = "apply" if ok else "discard"
+                settled = await runner.call_tool("resolve", {"action": action, "reason": "xcsh-run --resolve"})
+                typer.echo(f"xcsh-run: resolve ({action}): {settled.text}", err=True)
+            rendered = None
+            info = runner.get_tool(tool)
+            if status is not None and not result.is_error and info is not None and info.has_render_result:
+                # The tool's own rendering, for people; --json and --stream stay raw.
+                rendered = await runner.render_result(tool, result, {"expanded": True}, args=arguments)
             nursery.cancel_scope.cancel()
-            return result
+            return result, rendered
 
     try:
-        result = trio.run(main)
+        result, rendered = trio.run(main)
     except RunnerError as exc:
         _fail(str(exc))
     if status is not None:
@@ -355,6 +390,8 @@ def run_command(
         _emit_ndjson("result", result.to_json())
     elif as_json:
         typer.echo(json.dumps(result.to_json(), ensure_ascii=False))
+    elif rendered is not None:
+        typer.echo(rendered)
     else:
         _print_text(result)
     raise typer.Exit(int(_EXIT_BY_KIND.get(result.kind, ExitCode.TOOL_ERROR)))
@@ -393,10 +430,12 @@ def list_command(
     tools: ToolsOpt = None,
     as_json: JsonOpt = False,
     load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT,
+    log_file: LogFileOpt = None,
     *,
     sandbox: SandboxPolicy,
 ) -> None:
     """Show every tool found (name, label, source, path) and every module that failed to load, with why."""
+    configure_log_file(log_file)
     found, errors, warnings = _load(tools, load_timeout, sandbox)
     _warn(warnings)
     if as_json:
@@ -463,6 +502,7 @@ def serve_command(
         int,
         typer.Option("--max-message-bytes", help="The longest MCP message (one line) accepted; longer get an error."),
     ] = DEFAULT_MAX_MESSAGE_BYTES,
+    log_file: LogFileOpt = None,
     *,
     sandbox: SandboxPolicy,
 ) -> None:
@@ -470,6 +510,8 @@ def serve_command(
     from functools import partial
 
     from ._mcp import serve_stdio
+
+    configure_log_file(log_file)
 
     for label, value in (("--timeout", timeout), ("--grace", grace), ("--load-timeout", load_timeout)):
         if value is not None and not value > 0:

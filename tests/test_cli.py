@@ -319,3 +319,76 @@ def test_bad_sandbox_flags_are_usage_errors(git_repo: Path, flags: list[str], fr
     proc = run("repo_stats", *flags, cwd=git_repo)
     assert proc.returncode in (1, 2), proc
     assert fragment in proc.stderr
+
+
+@pytest.mark.parametrize(("resolve", "after"), [("apply", "a\nb\n"), ("discard", "a  \nb\n")])
+def test_example_tidy_previews_then_resolves(tmp_path: Path, resolve: str, after: str) -> None:
+    (tmp_path / "notes.txt").write_text("a  \nb\n")
+    proc = run(
+        "tidy",
+        "--tools",
+        str(TOOLS.parent.parent / "examples" / "tidy.py"),
+        "--args",
+        '{"path": "notes.txt"}',
+        "--resolve",
+        resolve,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("Preview: lines 1 of notes.txt")
+    assert f"resolve ({resolve})" in proc.stderr
+    assert (tmp_path / "notes.txt").read_text() == after
+
+
+def test_terminal_ui_answers_the_tools_prompts(tmp_path: Path) -> None:
+    """At a terminal, ui.confirm prompts on stderr and reads stdin; --resolve ask asks too."""
+    import pty
+    import select
+
+    (tmp_path / "notes.txt").write_text("a  \n")
+    main, sub = pty.openpty()
+    proc = subprocess.Popen(
+        [
+            XCSH_RUN,
+            "tidy",
+            "--tools",
+            str(TOOLS.parent.parent / "examples" / "tidy.py"),
+            "--args",
+            '{"path": "notes.txt"}',
+        ],
+        cwd=tmp_path,
+        stdin=sub,
+        stdout=subprocess.PIPE,
+        stderr=sub,
+    )
+    os.close(sub)
+    seen = b""
+    answered = 0
+    deadline = time.monotonic() + 30
+    try:
+        while answered < 2 and time.monotonic() < deadline:
+            ready, _, _ = select.select([main], [], [], 1)
+            if ready:
+                seen += os.read(main, 4096)
+            if seen.count(b"[y/N]") > answered:
+                os.write(main, b"y\n")
+                answered += 1
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+        os.close(main)
+    assert b"Prepare a fix for 1 lines of notes.txt? [y/N]" in seen
+    assert b"apply: strip trailing whitespace from 1 lines of notes.txt? [y/N]" in seen
+    assert proc.returncode == 0 and out.startswith(b"Preview:")
+    assert (tmp_path / "notes.txt").read_text() == "a\n"
+
+
+def test_log_file_gets_tool_records(tmp_path: Path) -> None:
+    log = tmp_path / "xcsh.log"
+    proc = run("log", "--tools", str(TOOLS / "hostapi.py"), "--args", '{"count": 2}', "--log-file", str(log))
+    assert proc.returncode == 0
+    lines = [line for line in log.read_text().splitlines() if "record " in line]
+    assert len(lines) == 2
+    assert "WARNING xcsh_run.tool [tool=log call=cli-call pid=" in lines[0]
+    assert lines[0].endswith("record 0 from cli-call")
