@@ -44,7 +44,8 @@ async def main(rounds: int) -> None:
         path.write_text(TOOL)
         candidate = Candidate(path=str(path), resolved=str(path), source=ToolSource("config", "Config", "project"))
         samples: dict[str, list[float]] = {name: [] for name in LEVELS}
-        async with open_runner(cwd=tmp, cache=False, discover_sources=False) as runner:
+        # No spare: every row must pay for a worker start of its own level.
+        async with open_runner(cwd=tmp, cache=False, discover_sources=False, spare_workers=0) as runner:
             runner._candidates[str(path)] = candidate
             for _ in range(3):  # warm-up: page cache, probe, pyc
                 for policy in LEVELS.values():

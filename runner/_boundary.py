@@ -22,6 +22,7 @@ import contextlib
 import itertools
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Final
@@ -241,6 +242,10 @@ class Boundary:
         self.cgroup = cgroup
         self.limits = limits or {}
         self.pid: int | None = None
+        # kill() is called from threads by both an explicit stop and the exit
+        # watcher; the first does the work, the others wait for its answer.
+        self._kill_lock = threading.Lock()
+        self._kill_result: bool | None = None
         self._procs_fd = -1
         self._final: tuple[int, int] | None = None  # counters, kept once the groups are removed
 
@@ -292,7 +297,13 @@ class Boundary:
             self._procs_fd = -1
 
     def kill(self) -> bool:
-        """Kill the worker and every process it started; True when none is left. Blocking."""
+        """Kill the worker and every process it started; True when none is left. Blocking, idempotent."""
+        with self._kill_lock:
+            if self._kill_result is None:
+                self._kill_result = self._kill_once()
+            return self._kill_result
+
+    def _kill_once(self) -> bool:
         ok = kill_and_remove(self.cgroup) if self.cgroup is not None else self._kill_fallback()
         if self.limits and self._final is None:
             # Removing the groups loses their counters: keep the final values.

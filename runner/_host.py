@@ -229,6 +229,7 @@ class Runner:
         # call takes one and only pays for importing its module.
         self._spares: dict[SandboxPolicy, list[WorkerProcess]] = {}
         self._spawning_spares: set[SandboxPolicy] = set()
+        self._spare_events: dict[SandboxPolicy, trio.Event] = {}
         self._housekeeping: trio.Nursery | None = None  # set by open_runner
         self._closed = False
 
@@ -416,6 +417,12 @@ class Runner:
         try:
             with trio.move_on_after(timeout) as scope:
                 worker = self._take_spare(policy)
+                if worker is None and policy in self._spawning_spares:
+                    # A spare is already on its way (started with the runner,
+                    # overlapping discovery): waiting for it is never slower
+                    # than starting another worker from scratch.
+                    await self._spare_event(policy).wait()
+                    worker = self._take_spare(policy)
                 if worker is not None:
                     worker.module = module
                     raw = await worker.request(p.M_LOAD, self._load_params(candidate))
@@ -483,8 +490,17 @@ class Runner:
                     await self._retire(worker)
                     return
                 spares.append(worker)
+                self._spare_event(policy).set()
+                self._spare_events.pop(policy, None)
         finally:
             self._spawning_spares.discard(policy)
+            # Wake anyone still waiting: they will find a spare, or start their own.
+            event = self._spare_events.pop(policy, None)
+            if event is not None:
+                event.set()
+
+    def _spare_event(self, policy: SandboxPolicy) -> trio.Event:
+        return self._spare_events.setdefault(policy, trio.Event())
 
     async def _start_worker(self, policy: SandboxPolicy, module: str) -> WorkerProcess:
         """A started worker under ``policy``, in its own boundary and private workdir.

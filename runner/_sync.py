@@ -8,7 +8,6 @@ thread (trio retires idle worker threads after 10 s).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import threading
@@ -152,6 +151,8 @@ class AsyncioRunner:
     async def call_tool(
         self, name: str, arguments: Mapping[str, Any] | None = None, *, tool_call_id: str | None = None, **options: Any
     ) -> ToolResult:
+        import asyncio  # here, not at the top: a trio or CLI host never pays for it
+
         call_id = tool_call_id or f"aio-{next(_ids)}"
         job = asyncio.ensure_future(
             asyncio.to_thread(self.blocking.call_tool, name, arguments, tool_call_id=call_id, **options)
@@ -165,6 +166,8 @@ class AsyncioRunner:
             raise
 
     async def emit_session_event(self, event: Mapping[str, Any], *, timeout: float = 5.0) -> list[str]:
+        import asyncio
+
         return await asyncio.to_thread(self.blocking.emit_session_event, event, timeout=timeout)
 
     def set_ui_context(self, ui: Any | None, has_ui: bool = True) -> None:
@@ -177,6 +180,8 @@ class AsyncioRunner:
 @contextlib.asynccontextmanager
 async def open_asyncio_runner(tool_paths: Sequence[str] = (), **options: Any) -> AsyncIterator[AsyncioRunner]:
     """:func:`open_runner` for asyncio programs (``async with open_asyncio_runner(...) as runner``)."""
+    import asyncio
+
     manager = open_blocking_runner(tool_paths, **options)
     blocking = await asyncio.to_thread(manager.__enter__)
     try:

@@ -94,6 +94,8 @@ def no_survivors() -> Iterator[None]:
 async def make_runner(*paths: Path | str, **options: Any) -> AsyncIterator[Runner]:
     options.setdefault("grace", 0.5)
     options.setdefault("load_timeout", 10.0)
+    # No spare worker unless a test asks: counts of started workers stay exact.
+    options.setdefault("spare_workers", 0)
     async with open_runner([str(p) for p in paths], **options) as runner:
         yield runner
 

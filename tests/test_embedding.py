@@ -117,7 +117,7 @@ async def test_a_spare_worker_serves_the_first_call_of_a_module() -> None:
     with trio.fail_after(60):
         async with make_runner(POOL, cache=True) as runner:
             pass  # fills the cache: the next runner starts no worker for discovery
-        async with make_runner(POOL) as runner:
+        async with make_runner(POOL, spare_workers=1) as runner:
             while runner.statistics().spare_workers < 1:  # noqa: ASYNC110 - started in the background
                 await trio.sleep(0.01)
             started = runner.statistics().workers_started
