@@ -243,7 +243,10 @@ class RunnerMachine(RuleBasedStateMachine):
             # Starting a worker counts against the timeout: a cold one may not get that far.
             assert "before its worker was ready" in result.error.message, result
         else:
-            assert result.error.rung == ("killed" if tool == "ignore_sigterm" else "cooperative"), result
+            # ignore_sigterm ignores SIGTERM only once it runs: a deadline that
+            # lands while it is still starting ends cooperatively.
+            allowed = ("killed", "cooperative") if tool == "ignore_sigterm" else ("cooperative",)
+            assert result.error.rung in allowed, result
 
     @rule(tool=st.sampled_from(["os_exit", "segfault", "sigkill_self"]))
     def crash(self, tool: str) -> None:

@@ -511,7 +511,7 @@ def serve_command(
 
     from ._mcp import serve_stdio
 
-    configure_log_file(log_file)
+    configure_log_file(log_file, also_stderr=True)
 
     for label, value in (("--timeout", timeout), ("--grace", grace), ("--load-timeout", load_timeout)):
         if value is not None and not value > 0:

@@ -35,8 +35,12 @@ class _Defaults(logging.Filter):
         return True
 
 
-def configure_log_file(path: str | os.PathLike[str] | None) -> Path | None:
+def configure_log_file(path: str | os.PathLike[str] | None, *, also_stderr: bool = False) -> Path | None:
     """Send the host's and the tools' log records to ``path`` (rotated at 10 MiB, 3 kept).
+
+    With ``also_stderr`` they still reach the root logger's handlers too (``serve``
+    logs to stderr); otherwise they go to the file only, so that a tool's
+    warnings never land on a person's terminal.
 
     Returns the path in use, or None when it cannot be opened (a warning on
     stderr says so; logging is never a reason to fail a call).
@@ -53,7 +57,7 @@ def configure_log_file(path: str | os.PathLike[str] | None) -> Path | None:
     root = logging.getLogger("xcsh_run")
     root.addHandler(handler)
     root.setLevel(logging.DEBUG)
-    root.propagate = False
+    root.propagate = also_stderr
     return target
 
 
