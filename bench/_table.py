@@ -111,7 +111,7 @@ def render_section(section: Section) -> str:
 
 def render_targets(targets: list[Target]) -> str:
     width = max([len(t.what) for t in targets] + [40])
-    head = f"    {'target (issue 6)':<{width}}  {'measured':>12}  {'target':>12}  verdict  detail"
+    head = f"    {'target':<{width}}  {'measured':>12}  {'target':>12}  verdict  detail"
     lines = ["Targets", head, "    " + "-" * (len(head) - 4 + 20)]
     for t in targets:
         bound = ("≥ " if t.higher_is_better else "≤ ") + fmt(t.bound, t.unit)

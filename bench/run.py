@@ -6,7 +6,7 @@ Every peer runs in its own process (``bench._driver``), all of them alive at
 once, and the orchestrator (this module) interleaves them: each round visits
 the peers in a new random order, so that a noisy neighbour (this is a shared
 2-core VM) weighs on all of them alike. Ratios are to reference rows measured
-in the same run. Sections, as in issue 6:
+in the same run. Sections:
 
   (a) warm echo call, 1 in flight, pinned to one CPU and unpinned;
   (b) 2000 echo calls over 2 workers;            (c) a 10 MiB result;
@@ -465,7 +465,7 @@ def targets(sections: dict[str, Section], grace: float | None, memory_calls: int
             growth,
             1.0,
             "MiB",
-            detail=f"between N/2 and N calls, N = {memory_calls:,} (the issue says 100k: --memory-calls 100000)",
+            detail=f"between N/2 and N calls, N = {memory_calls:,} (--memory-calls 100000 for a longer soak)",
         )
     )
     return out
@@ -492,7 +492,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--memory-calls",
         type=int,
         default=20000,
-        help="host-memory calls (the issue asks 100000; 20000 keeps the run short) [20000]",
+        help="host-memory calls (20000 keeps the run short; 100000 for a soak) [20000]",
     )
     parser.add_argument("--cold-reps", type=int, default=10, help="cold runs per variant [10]")
     parser.add_argument("--mcp-cold-reps", type=int, default=3, help="cold MCP runs (seconds each) [3]")
