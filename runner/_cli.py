@@ -92,6 +92,13 @@ ToolsOpt = Annotated[
     typer.Option("--tools", help="A tool file or folder to add (repeatable); relative to the current directory."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for programs instead of text.")]
+TimeoutOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--timeout", help=f"Seconds before a call is stopped [default: the tool's, else {DEFAULT_TIMEOUT:g}]."
+    ),
+]
+GraceOpt = Annotated[float, typer.Option("--grace", help="Seconds between SIGTERM and the kill when stopping a call.")]
 LogFileOpt = Annotated[
     str | None,
     typer.Option("--log-file", help="Where host and tool log records go [~/.local/state/xcsh-run/xcsh-run.log]."),
@@ -193,6 +200,13 @@ def with_sandbox_options(command: F) -> F:
     }
     del wrapper.__wrapped__  # typer must see the combined signature, not the original
     return wrapper  # type: ignore[return-value]
+
+
+def _check_seconds(**durations: float | None) -> None:
+    """Usage error (exit 2) for a duration flag that is not a positive number of seconds."""
+    for name, value in durations.items():
+        if value is not None and not value > 0:
+            _fail(f"--{name.replace('_', '-')} must be a positive number of seconds, got {value:g}")
 
 
 def _fail(message: str, code: ExitCode = ExitCode.USAGE) -> NoReturn:
@@ -306,15 +320,8 @@ def run_command(
     args_file: Annotated[
         str | None, typer.Option("--args-file", help="Read the JSON arguments from a file; '-' is stdin.")
     ] = None,
-    timeout: Annotated[
-        float | None,
-        typer.Option(
-            "--timeout", help=f"Seconds before the call is stopped [default: the tool's, else {DEFAULT_TIMEOUT:g}]."
-        ),
-    ] = None,
-    grace: Annotated[
-        float, typer.Option("--grace", help="Seconds between SIGTERM and the kill when stopping a call.")
-    ] = DEFAULT_GRACE,
+    timeout: TimeoutOpt = None,
+    grace: GraceOpt = DEFAULT_GRACE,
     as_json: JsonOpt = False,
     stream: Annotated[
         bool,
@@ -341,9 +348,7 @@ def run_command(
     configure_log_file(log_file)
     # A person at the terminal answers the tool's UI prompts (unless stdin carried the arguments).
     interactive = sys.stdin.isatty() and sys.stderr.isatty() and "-" not in (args, args_file)
-    for label, value in (("--timeout", timeout), ("--grace", grace), ("--load-timeout", load_timeout)):
-        if value is not None and not value > 0:
-            _fail(f"{label} must be a positive number of seconds, got {value:g}")
+    _check_seconds(timeout=timeout, grace=grace, load_timeout=load_timeout)
     status = _Status() if not (stream or as_json) else None
 
     def on_update(partial: dict[str, Any]) -> None:
@@ -488,15 +493,8 @@ def describe_command(
 @with_sandbox_options
 def serve_command(
     tools: ToolsOpt = None,
-    timeout: Annotated[
-        float | None,
-        typer.Option(
-            "--timeout", help=f"Seconds before a call is stopped [default: the tool's, else {DEFAULT_TIMEOUT:g}]."
-        ),
-    ] = None,
-    grace: Annotated[
-        float, typer.Option("--grace", help="Seconds between SIGTERM and the kill when stopping a call.")
-    ] = DEFAULT_GRACE,
+    timeout: TimeoutOpt = None,
+    grace: GraceOpt = DEFAULT_GRACE,
     load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT,
     max_message_bytes: Annotated[
         int,
@@ -513,9 +511,7 @@ def serve_command(
 
     configure_log_file(log_file, also_stderr=True)
 
-    for label, value in (("--timeout", timeout), ("--grace", grace), ("--load-timeout", load_timeout)):
-        if value is not None and not value > 0:
-            _fail(f"{label} must be a positive number of seconds, got {value:g}")
+    _check_seconds(timeout=timeout, grace=grace, load_timeout=load_timeout)
     if max_message_bytes < 1024:
         _fail(f"--max-message-bytes must be at least 1024, got {max_message_bytes}")
     serve = partial(
@@ -569,9 +565,7 @@ def fuzz_command(
 
     if examples < 1:
         _fail(f"--examples must be at least 1, got {examples}")
-    for label, value in (("--timeout", timeout), ("--load-timeout", load_timeout)):
-        if value is not None and not value > 0:
-            _fail(f"{label} must be a positive number of seconds, got {value:g}")
+    _check_seconds(timeout=timeout, load_timeout=load_timeout)
     interrupted: list[str] = []
 
     async def main() -> FuzzReport | None:
