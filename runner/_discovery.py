@@ -27,6 +27,7 @@ Rules:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -218,6 +219,49 @@ def _locate_module(module: str, search: Iterable[str]) -> tuple[Path, str] | Non
     return None
 
 
+class _ScanResult(msgspec.Struct):
+    key: str
+    candidates: list[Candidate]
+    warnings: list[str]
+
+
+def cached_entry_point_candidates(home: Path, warnings: list[str], cache_dir: Path | None) -> list[Candidate]:
+    """:func:`entry_point_candidates`, remembered while no searched folder changed.
+
+    Scanning every installed distribution costs ~25 ms per run; installing or
+    removing one changes its folder's mtime, which changes the key.
+    """
+    places = [*sys.path, *(str(d) for d in plugin_site_dirs(home))]
+    stamps = []
+    for place in places:
+        try:
+            stamps.append(f"{place}\0{os.stat(place or '.').st_mtime_ns}")
+        except OSError:
+            stamps.append(f"{place}\0-")
+    key = hashlib.sha256("\n".join([sys.version, *stamps]).encode()).hexdigest()
+    path = cache_dir / "entry-points.json" if cache_dir is not None else None
+    if path is not None:
+        try:
+            cached = msgspec.json.decode(path.read_bytes(), type=_ScanResult)
+            if cached.key == key:
+                warnings.extend(cached.warnings)
+                return cached.candidates
+        except (OSError, msgspec.DecodeError):
+            pass
+    found: list[str] = []
+    candidates = list(entry_point_candidates(home, found))
+    warnings.extend(found)
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(msgspec.json.encode(_ScanResult(key=key, candidates=candidates, warnings=found)))
+            os.replace(tmp, path)
+        except OSError:
+            pass  # the module cache reports an unwritable directory already
+    return candidates
+
+
 def entry_point_candidates(home: Path, warnings: list[str]) -> Iterator[Candidate]:
     """Entry points of the group ``xcsh.tools``: names and values are read, nothing is imported."""
     from importlib import metadata
@@ -263,6 +307,7 @@ def discover(
     *,
     home: str | None = None,
     include_sources: bool = True,
+    cache_dir: Path | None = None,
 ) -> Discovery:
     """Every candidate in precedence order, each resolved file once, plus shadowed modules.
 
@@ -271,6 +316,7 @@ def discover(
         cwd: the project directory.
         home: the user's home (default: ``$HOME``).
         include_sources: False searches only ``configured_paths`` (``load_custom_tools``).
+        cache_dir: where the scan of installed entry points is remembered (None: scan every time).
     """
     home_path = Path(home if home is not None else os.path.expanduser("~"))
     cwd_path = Path(cwd)
@@ -304,7 +350,7 @@ def discover(
             add(modules_in(install / "tools"), ToolSource("claude-plugins", plugin_id, level), by_name=True)
         add(modules_in(home_path / ".codex" / "tools"), ToolSource("codex", "Codex", "user"), by_name=True)
         add(modules_in(cwd_path / ".codex" / "tools"), ToolSource("codex", "Codex", "project"), by_name=True)
-        for candidate in entry_point_candidates(home_path, warnings):
+        for candidate in cached_entry_point_candidates(home_path, warnings, cache_dir):
             if candidate.resolved not in seen:
                 seen.add(candidate.resolved)
                 out.append(candidate)

@@ -262,7 +262,13 @@ class Runner:
         merged in precedence order, so the first definition of a name wins.
         """
         found = await trio.to_thread.run_sync(
-            lambda: discover(configured_paths, self.cwd, home=self._home, include_sources=discover_sources)
+            lambda: discover(
+                configured_paths,
+                self.cwd,
+                home=self._home,
+                include_sources=discover_sources,
+                cache_dir=self._cache.directory.parent if self._cache is not None else None,
+            )
         )
         self._warnings.extend(found.warnings)
         for shadow in found.shadowed:

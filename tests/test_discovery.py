@@ -285,6 +285,23 @@ async def test_entry_point_plugin_in_the_plugin_prefix(plugin_dist: Path, tmp_pa
     assert result.text == "hello from xcsh_test_plugin.tools"
 
 
+async def test_a_plugin_installed_later_is_noticed(plugin_dist: Path, tmp_path: Path) -> None:
+    """The entry-point scan is cached, keyed on the searched folders: an install changes the key."""
+    import shutil
+
+    prefix = Path(os.environ["HOME"]) / ".xcsh" / "plugins"
+    prefix.mkdir(parents=True)
+    with trio.fail_after(60):
+        async with make_runner(cwd=tmp_path) as runner:
+            assert runner.tools == []
+        for entry in plugin_dist.iterdir():  # what `pip install --target` would add
+            copy = shutil.copytree if entry.is_dir() else shutil.copy2
+            copy(entry, prefix / entry.name)
+        async with make_runner(cwd=tmp_path) as runner:
+            names = [t.name for t in runner.tools]
+    assert names == ["plugin_greet"]
+
+
 def test_entry_point_plugin_in_the_environment(plugin_dist: Path, git_repo: Path) -> None:
     """The host's own environment (here: PYTHONPATH) is searched too, without importing the plugin."""
     env = {**os.environ, "PYTHONPATH": str(plugin_dist)}
