@@ -138,7 +138,7 @@ class _LoadFailed(Exception):
 
 
 class _Call:
-    __slots__ = ("call_id", "scope", "reason", "tool", "operation", "ui_scopes", "stopping")
+    __slots__ = ("call_id", "scope", "reason", "tool", "operation", "ui_scopes", "stopping", "worker_unenforced")
 
     def __init__(self, call_id: str, tool: str = "", operation: str | None = None) -> None:
         self.call_id = call_id
@@ -150,6 +150,7 @@ class _Call:
         # are answered (with the no-op value) instead of left hanging.
         self.ui_scopes: set[trio.CancelScope] = set()
         self.stopping = False
+        self.worker_unenforced: list[str] = []
 
     def stop_ui(self) -> None:
         for scope in self.ui_scopes:
@@ -212,7 +213,8 @@ class Runner:
         self._calls: dict[str, _Call] = {}
         self._calls_changed = trio.Event()
         self._validators: dict[str, ArgumentValidator] = {}
-        self._checked: set[SandboxPolicy] = set()
+        # What each policy in use could not enforce (best effort), from the probe.
+        self._checked: dict[SandboxPolicy, list[str]] = {sandbox: list(unenforced)}
         self._ui: Any = NoOpUI()
         self._has_ui = False
         self.context: dict[str, Any] = {}
@@ -699,9 +701,8 @@ class Runner:
         except (TypeError, ValueError, RecursionError, msgspec.EncodeError) as exc:
             return error_result(ErrorKind.INVALID_ARGUMENTS, f"arguments are not JSON-serialisable: {exc}", path="$")
         policy = sandbox if sandbox is not None else self.policy_for(name)
-        if policy is not self.sandbox and policy not in self._checked:
-            check(policy, self._probe)  # fail closed before anything runs
-            self._checked.add(policy)
+        if policy not in self._checked:
+            self._checked[policy] = check(policy, self._probe)  # fail closed before anything runs
         if timeout is None:
             timeout = info.timeout if info.timeout is not None else (policy.wall_seconds or self.default_timeout)
         if not (timeout > 0 and math.isfinite(timeout)):
@@ -713,8 +714,10 @@ class Runner:
         state = {**self.context, **(ctx or {})}
         try:
             result = await self._run_call(info, call, raw_args, state, on_update, timeout, policy)
-            if self.unenforced and policy is self.sandbox:
-                result = msgspec.structs.replace(result, unenforced=list(self.unenforced))
+            # The host's probe, plus what the worker itself failed to apply.
+            unenforced = [*self._checked[policy], *call.worker_unenforced]
+            if unenforced:
+                result = msgspec.structs.replace(result, unenforced=unenforced)
             return result
         finally:
             del self._calls[call_id]
@@ -787,6 +790,7 @@ class Runner:
                     worker = await self._acquire(info, timeout, policy)
                 except _LoadFailed as exc:
                     return error_result(ErrorKind.LOAD_ERROR, str(exc), stderr_tail=exc.stderr_tail, module=info.module)
+                call.worker_unenforced = worker.unenforced
                 await self._sync_ui(worker)
                 params = p.CallParams(call_id=call.call_id, tool=info.name, arguments=raw_args, ctx=ctx)
                 pending = await worker.send_request(p.M_CALL, params, on_update=(call.call_id, deliver))

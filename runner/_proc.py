@@ -169,7 +169,6 @@ class WorkerProcess:
         self.pid = 0
         self.returncode: int | None = None
         self.rusage: resource.struct_rusage | None = None
-        self.killed_by_host = False
         self.calls_served = 0
         self.stdout_tail = OutputTail()
         self.stderr_tail = OutputTail()
@@ -329,7 +328,6 @@ class WorkerProcess:
                 if self.returncode is None:
                     # Cancelled from outside (the runner is closing): the
                     # process must still die and be reaped before we return.
-                    self.killed_by_host = True
                     await trio.to_thread.run_sync(self.boundary.kill)
                     if self.boundary.cgroup is None:
                         with contextlib.suppress(OSError):
@@ -386,7 +384,6 @@ class WorkerProcess:
                 if limit is not None and not self.output_exceeded and self.output_bytes > limit:
                     # Over the output budget: the worker and its tree go now.
                     self.output_exceeded = True
-                    self.killed_by_host = True
                     with trio.CancelScope(shield=True):
                         await trio.to_thread.run_sync(self.boundary.kill)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
@@ -418,7 +415,6 @@ class WorkerProcess:
             )
             self._fail_pending(self.protocol_error)
             # Nothing it says can be trusted any more: end it and its tree.
-            self.killed_by_host = True
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(self.boundary.kill)
         finally:
@@ -578,7 +574,6 @@ class WorkerProcess:
     def terminate(self) -> None:
         """Send SIGTERM to the worker (not its children): the first rung of the ladder."""
         if not self._exited.is_set():
-            self.killed_by_host = True
             with contextlib.suppress(ProcessLookupError):
                 # pidfd_send_signal cannot hit a recycled pid; fall back to kill.
                 if self._pidfd >= 0:
@@ -589,7 +584,6 @@ class WorkerProcess:
     async def kill(self) -> None:
         """Kill the worker and its whole tree, and wait until all of it is gone."""
         if not self._finished.is_set():
-            self.killed_by_host = True
             await trio.to_thread.run_sync(self.boundary.kill)
             if self.boundary.cgroup is None and not self._exited.is_set():
                 with contextlib.suppress(OSError):

@@ -407,9 +407,15 @@ async def test_unenforceable_level_fails_closed(monkeypatch: pytest.MonkeyPatch)
                 pass
         async with sandboxed(SandboxPolicy(level="strict", best_effort=True), TOOLS / "basic.py") as runner:
             result = await runner.call_tool("add", {"a": 1})
+        # The same for a per-call policy, next to calls under the runner's fully enforced one.
+        async with sandboxed(SandboxPolicy(), TOOLS / "basic.py") as runner:
+            per_call = await runner.call_tool("add", {"a": 2}, sandbox=SandboxPolicy(level="strict", best_effort=True))
+            plain = await runner.call_tool("add", {"a": 3})
     assert result.text == "1"
     assert any("Landlock" in item for item in result.unenforced)
     assert "unenforced" in result.to_json()
+    assert per_call.text == "2" and any("Landlock" in item for item in per_call.unenforced)
+    assert plain.unenforced == [] and "unenforced" not in plain.to_json()
 
 
 def _probe_fields(found: Any) -> dict[str, Any]:
