@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Final
 
+from ._faults import fault_point
+
 _V2_CANDIDATES: Final = ("/sys/fs/cgroup/unified", "/sys/fs/cgroup")
 _PREFIX: Final = "xcsh-run."
 _roots = itertools.count(1)
@@ -123,20 +125,26 @@ class CgroupRoot:
         self._next += 1
         name = f"w{self._next}"
         child = self.path / name
+        fault_point("boundary")
         child.mkdir()
         limits: dict[str, Path] = {}
-        if memory_bytes is not None and self.memory is not None:
-            mem = self.memory / name
-            mem.mkdir()
-            (mem / "memory.limit_in_bytes").write_text(str(memory_bytes))
-            with contextlib.suppress(OSError):  # absent without swap accounting
-                (mem / "memory.memsw.limit_in_bytes").write_text(str(memory_bytes))
-            limits["memory"] = mem
-        if max_procs is not None and self.pids is not None:
-            pids = self.pids / name
-            pids.mkdir()
-            (pids / "pids.max").write_text(str(max_procs))
-            limits["pids"] = pids
+        try:
+            if memory_bytes is not None and self.memory is not None:
+                mem = self.memory / name
+                mem.mkdir()
+                limits["memory"] = mem
+                (mem / "memory.limit_in_bytes").write_text(str(memory_bytes))
+                with contextlib.suppress(OSError):  # absent without swap accounting
+                    (mem / "memory.memsw.limit_in_bytes").write_text(str(memory_bytes))
+            if max_procs is not None and self.pids is not None:
+                pids = self.pids / name
+                pids.mkdir()
+                limits["pids"] = pids
+                (pids / "pids.max").write_text(str(max_procs))
+        except BaseException:
+            # Half-made (ENOSPC, a vanished parent): nothing may stay behind.
+            Boundary(child, limits).kill()
+            raise
         return Boundary(child, limits)
 
     def remove(self) -> None:

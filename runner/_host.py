@@ -36,7 +36,8 @@ from worker import _protocol as p
 from ._boundary import Boundary, CgroupRoot
 from ._cache import CachedLoad, ModuleCache, default_dir, fingerprint
 from ._discovery import Candidate, ToolSource, discover
-from ._errors import ConfigError, RemoteProtocolError, WorkerDied, WorkerError, describe_exit
+from ._errors import ConfigError, RemoteProtocolError, WorkerDied, WorkerError, WorkerStartupError, describe_exit
+from ._faults import fault_point
 from ._hostapi import (
     RESOLVE_SCHEMA,
     UI_DEFAULTS,
@@ -49,7 +50,7 @@ from ._hostapi import (
     tool_log,
     validate_event,
 )
-from ._proc import RemoteError, RemoteRequestRefused, WorkerProcess, WorkerState, _Pending
+from ._proc import RemoteError, RemoteRequestRefused, TeardownStats, WorkerProcess, WorkerState, _Pending
 from ._results import ErrorKind, ToolResult, error_result
 from ._sandbox import (
     MiB,
@@ -67,6 +68,9 @@ from ._validate import ArgumentValidator, SchemaProblem
 DEFAULT_TIMEOUT: Final = 60.0
 DEFAULT_GRACE: Final = 1.0
 DEFAULT_LOAD_TIMEOUT: Final = 10.0
+# How long aclose waits for spare refills and the reaper to stop once
+# cancelled: each of their own waits is bounded well below this.
+_HOUSEKEEPING_BOUND: Final = 15.0
 
 UpdateCallback = Callable[[dict[str, Any]], object]
 
@@ -128,12 +132,22 @@ class RunnerStatistics(msgspec.Struct, frozen=True):
     spare_workers: int
     workers_started: int
     reliable_boundary: bool
+    pinned_workers: int = 0
+    """Workers kept alive because they hold a pending action (a preview waiting for ``resolve``)."""
+    teardown_overruns: int = 0
+    """Bounded teardown waits that expired (a worker not reaped after SIGKILL, a cgroup or
+    workdir that could not be removed); each one is also logged. 0 on a healthy host."""
 
 
 class _LoadFailed(Exception):
-    def __init__(self, message: str, stderr_tail: str | None = None, *, deterministic: bool = False) -> None:
+    def __init__(
+        self, message: str, stderr_tail: str | None = None, *, deterministic: bool = False, startup: bool = False
+    ) -> None:
         self.stderr_tail = stderr_tail
         self.deterministic = deterministic  # worth caching: not a timeout or a crash
+        # The worker never got to the module: a host-side failure (fds, disk,
+        # cgroups) or a worker that died starting. Reported as `crashed`.
+        self.startup = startup
         super().__init__(message)
 
 
@@ -232,7 +246,18 @@ class Runner:
         self._spares: dict[SandboxPolicy, list[WorkerProcess]] = {}
         self._spawning_spares: set[SandboxPolicy] = set()
         self._spare_events: dict[SandboxPolicy, trio.Event] = {}
+        # Policies for which a call had to start a worker from scratch: only
+        # then is a taken spare replaced. A one-shot run (the CLI) takes the
+        # spare started with the runner and starts nothing more.
+        self._spare_demand: set[SandboxPolicy] = set()
+        # Workers holding pending actions, with how many: never reaped or
+        # retired while pinned; `_parked` ones are retired when unpinned.
+        self._pins: dict[WorkerProcess, int] = {}
+        self._parked: set[WorkerProcess] = set()
+        self._teardown = TeardownStats()
         self._housekeeping: trio.Nursery | None = None  # set by open_runner
+        self._housekeeping_ready = trio.Event()
+        self._housekeeping_done = trio.Event()
         self._closed = False
 
     # --- discovery -------------------------------------------------------------
@@ -255,13 +280,17 @@ class Runner:
     def get_tool(self, name: str) -> ToolInfo | None:
         return self._tools.get(name)
 
-    async def load(self, configured_paths: Sequence[str] = (), *, discover_sources: bool = True) -> None:
+    async def load(
+        self, configured_paths: Sequence[str] = (), *, discover_sources: bool = True, wanted_tool: str | None = None
+    ) -> None:
         """Discover modules and describe them, each in its own worker, in parallel.
 
         A module the cache knows, unchanged, is not imported at all: its tools
         are registered from the cache and a worker starts only when one is
         called. Modules load in parallel (bounded by the core count) but are
         merged in precedence order, so the first definition of a name wins.
+        With ``wanted_tool``, loading stops once that name's definition is
+        settled (see :func:`open_runner`).
         """
         found = await trio.to_thread.run_sync(
             lambda: discover(
@@ -286,17 +315,45 @@ class Runner:
         candidates = found.candidates
         outcomes: list[tuple[list[ToolInfo], list[LoadError]] | None] = [None] * len(candidates)
         limiter = trio.CapacityLimiter(max(1, os.cpu_count() or 1))
+        settled = trio.Event()
+
+        def decided() -> bool:
+            # The first settled module (in precedence order) that defines the
+            # name decides it, provided every module before it is settled.
+            for outcome in outcomes:
+                if outcome is None:
+                    return False
+                if any(info.name == wanted_tool for info in outcome[0]):
+                    return True
+            return False
+
+        left = len(candidates)
 
         async def one(index: int, candidate: Candidate) -> None:
-            async with limiter:
-                outcomes[index] = await self._load_candidate(candidate)
+            nonlocal left
+            try:
+                async with limiter:
+                    outcomes[index] = await self._load_candidate(candidate)
+            finally:
+                left -= 1
+            if left == 0 or (wanted_tool is not None and decided()):
+                settled.set()
+
+        if not candidates:
+            settled.set()
 
         async with trio.open_nursery() as nursery:
             for index, candidate in enumerate(candidates):
                 self._candidates[candidate.resolved] = candidate
                 nursery.start_soon(one, index, candidate)
+            if wanted_tool is not None:
+                await settled.wait()  # or every load finished: the nursery's own end
+                nursery.cancel_scope.cancel()  # the rest cannot change what the name means
         for outcome in outcomes:
-            assert outcome is not None
+            if outcome is None:
+                # Cancelled once wanted_tool was decided. Nothing after it is
+                # registered either: it might claim a name this one defines.
+                break
             infos, errors = outcome
             self._errors.extend(errors)
             for info in infos:
@@ -416,7 +473,10 @@ class Runner:
     async def _spawn_loaded(
         self, candidate: Candidate, timeout: float, policy: SandboxPolicy | None = None
     ) -> tuple[WorkerProcess, p.LoadResult]:
-        """Start a worker under ``policy`` and load ``candidate`` in it, within ``timeout``; raises _LoadFailed."""
+        """Start a worker under ``policy`` and load ``candidate`` in it, within ``timeout``; raises _LoadFailed.
+
+        Cancellation: the worker is gone (bounded) before ``Cancelled`` leaves.
+        """
         policy = policy or self.sandbox
         module = candidate.resolved
         worker: WorkerProcess | None = None
@@ -431,13 +491,11 @@ class Runner:
                     # than starting another worker from scratch.
                     await self._spare_event(policy).wait()
                     worker = self._take_spare(policy)
-                if worker is not None:
-                    worker.module = module
-                    raw = await worker.request(p.M_LOAD, self._load_params(candidate))
-                    result = msgspec.json.decode(raw, type=p.LoadResult)
-                    ok = True
-                    return worker, result
-                worker = await self._start_worker(policy, module)
+                if worker is None:
+                    self._note_spare_demand(policy)
+                    worker = await self._start_worker(policy, module)
+                worker.module = module
+                fault_point("load", worker.pid)
                 raw = await worker.request(p.M_LOAD, self._load_params(candidate))
                 result = msgspec.json.decode(raw, type=p.LoadResult)
                 ok = True
@@ -454,11 +512,20 @@ class Runner:
         except ConfigError as exc:
             raise _LoadFailed(f"{module}: {exc}") from None
         except WorkerDied as exc:
+            loading = worker is not None
             raise _LoadFailed(
-                f"{module}: the worker {describe_exit(exc.returncode)} while loading the module"
+                f"{module}: the worker {describe_exit(exc.returncode)} "
+                + ("while loading the module" if loading else "while starting, before the module was imported")
                 + (f"; last stderr: {_last_line(exc.stderr_tail)}" if exc.stderr_tail.strip() else ""),
                 exc.stderr_tail or None,
+                startup=not loading,
             ) from None
+        except WorkerStartupError as exc:
+            raise _LoadFailed(f"{module}: {exc}", _tail(worker), startup=True) from None
+        except OSError as exc:
+            # A host-side failure between steps (a fault while sending `load`):
+            # a result with the errno, never a raw OSError out of a call.
+            raise _LoadFailed(f"{module}: could not start a worker: {exc}", _tail(worker), startup=True) from None
         except (RemoteProtocolError, WorkerError, msgspec.DecodeError) as exc:
             raise _LoadFailed(f"{module}: {exc}", _tail(worker)) from None
         finally:
@@ -478,9 +545,17 @@ class Runner:
         while spares:
             worker = spares.pop()
             if worker.alive:
-                self._background(self._refill_spares, policy)
+                if policy in self._spare_demand:
+                    self._background(self._refill_spares, policy)
                 return worker
+            self._background(self._retire, worker)
         return None
+
+    def _note_spare_demand(self, policy: SandboxPolicy) -> None:
+        """A call had to start a worker from scratch: from now on keep spares for ``policy``."""
+        if policy not in self._spare_demand:
+            self._spare_demand.add(policy)
+            self._background(self._refill_spares, policy)
 
     async def _refill_spares(self, policy: SandboxPolicy) -> None:
         """Keep ``spare_count`` started workers ready for ``policy`` (not for strict:
@@ -495,7 +570,8 @@ class Runner:
                 if worker is None:
                     return
                 if self.closed:  # closed while it started (mypy narrows the attribute)
-                    await self._retire(worker)
+                    with trio.CancelScope(shield=True):
+                        await self._retire(worker)
                     return
                 spares.append(worker)
                 self._spare_event(policy).set()
@@ -515,16 +591,23 @@ class Runner:
 
         ``module`` names the tool module for strict's Landlock rules (the
         project directory stands in for a spare). Raises what
-        :meth:`WorkerProcess.start` raises, or ConfigError for a bad policy.
+        :meth:`WorkerProcess.start` raises, WorkerStartupError for a host-side
+        failure (no disk for the workdir, no cgroup), or ConfigError for a bad policy.
         """
-        workdir = make_workdir() if policy.level != "none" else None
-        env = build_env(policy, self._env, workdir) if workdir is not None else self._env
+        workdir: Path | None = None
         try:
+            if policy.level != "none":
+                fault_point("workdir")
+                workdir = make_workdir()
+            env = build_env(policy, self._env, workdir) if workdir is not None else self._env
             config = worker_config(policy, self._probe, module=module, cwd=self.cwd, workdir=workdir, env=env)
             boundary = self._new_boundary(policy)
-        except BaseException:
+        except BaseException as exc:
             if workdir is not None:
                 remove_workdir(workdir)
+            if isinstance(exc, OSError):
+                what = "its cgroup" if workdir is not None or policy.level == "none" else "its private workdir"
+                raise WorkerStartupError(f"could not start a worker for {module} ({what}): {exc}") from exc
             raise
         # From here on the worker owns the workdir and the boundary.
         worker = await WorkerProcess.start(
@@ -540,6 +623,7 @@ class Runner:
             has_ui=self._has_ui,
             on_request=self._on_worker_request,
             on_notification=self._on_worker_notification,
+            teardown=self._teardown,
         )
         self._workers.add(worker)
         self._policies[worker] = policy
@@ -556,19 +640,28 @@ class Runner:
         return None
 
     def _background(self, fn: Callable[..., Awaitable[object]], *args: Any) -> None:
-        """Run a housekeeping task that :meth:`aclose` cancels before it tears down."""
+        """Run a housekeeping task that :meth:`aclose` cancels and waits for before it tears down."""
+        if self._closed:
+            return
         (self._housekeeping or self._nursery).start_soon(fn, *args)
 
     async def _reap_idle(self) -> None:
-        """Retire workers idle longer than ``idle_timeout`` (spares excepted)."""
+        """Retire workers idle longer than ``idle_timeout`` (spares and pinned workers excepted)."""
         assert self.idle_timeout is not None
         while not self._closed:
             await trio.sleep(min(self.idle_timeout / 2, 5.0))
             now = trio.current_time()
-            for idle in list(self._idle.values()):
+            # Chosen and taken out of the idle lists in one synchronous step:
+            # once we await, a call may take any worker still listed, and a
+            # worker a call has taken must never be killed from here.
+            expired: list[WorkerProcess] = []
+            for idle in self._idle.values():
                 for worker in list(idle):
-                    if now - worker.idle_since > self.idle_timeout:
-                        await self._retire(worker)
+                    if now - worker.idle_since > self.idle_timeout and worker not in self._pins:
+                        idle.remove(worker)
+                        expired.append(worker)
+            for worker in expired:
+                await self._retire(worker)
 
     async def _acquire(self, info: ToolInfo, timeout: float, policy: SandboxPolicy) -> WorkerProcess:
         module = info.module
@@ -599,22 +692,52 @@ class Runner:
             return
         self._idle.setdefault((worker.module, self._policies[worker]), []).append(worker)
 
+    async def _finish_with(self, worker: WorkerProcess, *, healthy: bool) -> None:
+        """After a call or a render: back to the idle pool, parked for a pending action, or retired."""
+        if healthy and self._healthy(worker):
+            if self._within_budget(worker):
+                self._release(worker)
+                return
+            if worker in self._pins and not self._closed:
+                # Over its budget but holding a preview: retired once resolved.
+                worker.state = WorkerState.IDLE
+                self._parked.add(worker)
+                return
+        with trio.CancelScope(shield=True):
+            await self._retire(worker)
+
     async def _retire(self, worker: WorkerProcess) -> None:
         idle = self._idle.get((worker.module, self._policies.get(worker, self.sandbox)))
         if idle and worker in idle:
             idle.remove(worker)
+        self._parked.discard(worker)
+        self._pins.pop(worker, None)
         await worker.kill()
         self._workers.discard(worker)
         self._policies.pop(worker, None)
 
-    def _reusable(self, worker: WorkerProcess) -> bool:
+    def _pin(self, worker: WorkerProcess) -> None:
+        self._pins[worker] = self._pins.get(worker, 0) + 1
+
+    def _unpin(self, worker: WorkerProcess) -> None:
+        left = self._pins.get(worker, 0) - 1
+        if left > 0:
+            self._pins[worker] = left
+            return
+        self._pins.pop(worker, None)
+        if worker in self._parked:
+            self._parked.discard(worker)
+            self._nursery.start_soon(self._retire, worker)
+
+    def _healthy(self, worker: WorkerProcess) -> bool:
         # A call that left processes behind (a daemon, a background job)
         # retires its worker: nothing a call started may outlive the call.
-        if not worker.alive or worker.boundary.members() not in ([], [worker.pid]):
-            return False
+        return worker.alive and worker.boundary.members() in ([], [worker.pid])
+
+    def _within_budget(self, worker: WorkerProcess) -> bool:
         # RLIMIT_CPU counts a process's whole life: retire a warm worker well
         # before a later call could be killed for what earlier calls used.
-        if self.max_calls_per_worker is not None and worker.calls_served + 1 >= self.max_calls_per_worker:
+        if self.max_calls_per_worker is not None and worker.calls_served >= self.max_calls_per_worker:
             return False
         if self.max_worker_rss_mb is not None and worker.rss_bytes() > self.max_worker_rss_mb * MiB:
             return False  # grown too big (a leak in the tool, or a cache): start afresh
@@ -760,7 +883,7 @@ class Runner:
     ) -> ToolResult:
         worker: WorkerProcess | None = None
         pending: _Pending | None = None
-        reusable = False
+        healthy = False
 
         def deliver(partial: p.CallResult) -> None:
             if on_update is None:
@@ -789,6 +912,13 @@ class Runner:
                 try:
                     worker = await self._acquire(info, timeout, policy)
                 except _LoadFailed as exc:
+                    if exc.startup:
+                        return error_result(
+                            ErrorKind.CRASHED,
+                            f"could not run {info.name!r}: {exc}",
+                            stderr_tail=exc.stderr_tail,
+                            module=info.module,
+                        )
                     return error_result(ErrorKind.LOAD_ERROR, str(exc), stderr_tail=exc.stderr_tail, module=info.module)
                 call.worker_unenforced = worker.unenforced
                 await self._sync_ui(worker)
@@ -818,7 +948,7 @@ class Runner:
                 )
             assert worker is not None and pending is not None
             result = _limits(self._interpret(info, worker, pending), worker, policy)
-            reusable = result.kind in (None, "tool_error", "invalid_arguments") and self._reusable(worker)
+            healthy = result.kind in (None, "tool_error", "invalid_arguments")
             return result
         except BaseException:
             # The caller was cancelled (or something unexpected happened):
@@ -832,11 +962,7 @@ class Runner:
                 worker.forget(pending)
             if worker is not None:
                 worker.calls_served += 1
-                if reusable:
-                    self._release(worker)
-                else:
-                    with trio.CancelScope(shield=True):
-                        await self._retire(worker)
+                await self._finish_with(worker, healthy=healthy)
             if holds_slot:
                 self._limiter.release_on_behalf_of(call)
             if holds_lock and lock is not None:
@@ -963,6 +1089,9 @@ class Runner:
             self._abort(abort.call_id, abort.reason)
         elif message.method == p.N_PENDING:
             push = msgspec.json.decode(message.params, type=p.PendingPushParams)
+            # The action's callables live in this worker: it stays until the
+            # action is resolved or the runner closes.
+            self._pin(worker)
             self._pending_actions.append(
                 PendingActionRecord(push.action_id, worker, push.label, push.details, push.source_tool_name,
                                     push.call_id)
@@ -1005,6 +1134,15 @@ class Runner:
         if record.details is not None:
             details["sourceResultDetails"] = record.details
         worker: WorkerProcess = record.worker
+        try:
+            return await self._resolve_in(worker, record, action, reason, details)
+        finally:
+            if worker in self._pins:
+                self._unpin(worker)
+
+    async def _resolve_in(
+        self, worker: WorkerProcess, record: PendingActionRecord, action: Any, reason: str, details: dict[str, Any]
+    ) -> ToolResult:
         if not worker.alive:
             how = describe_exit(worker.returncode) if worker.returncode is not None else "was stopped"
             return error_result(
@@ -1114,11 +1252,7 @@ class Runner:
             log.warning("render_%s of %s failed (%s); default rendering used", params.kind, info.name, exc)
         finally:
             # A hook that hung has a worker stuck in it: that worker goes.
-            if healthy and worker.alive:
-                self._release(worker)
-            else:
-                with trio.CancelScope(shield=True):
-                    await self._retire(worker)
+            await self._finish_with(worker, healthy=healthy)
         return default
 
     # --- lifecycle ---------------------------------------------------------------
@@ -1142,6 +1276,8 @@ class Runner:
             spare_workers=spares,
             workers_started=self._started,
             reliable_boundary=self._cgroup_root is not None,
+            pinned_workers=len(self._pins),
+            teardown_overruns=self._teardown.overruns,
         )
 
     async def aclose(self) -> None:
@@ -1151,11 +1287,17 @@ class Runner:
         teardown runs shielded.
         """
         self._closed = True
-        # First stop starting things (a spare half-started cleans up after
-        # itself), so that nothing new appears in the cgroups removed below.
-        if self._housekeeping is not None:
-            self._housekeeping.cancel_scope.cancel()
         with trio.CancelScope(shield=True):
+            # First stop starting things, and wait until they have stopped: a
+            # spare half-started kills its worker on the way out, and its
+            # attach must be over before the cgroups are removed below.
+            if self._housekeeping is not None:
+                self._housekeeping.cancel_scope.cancel()
+            # Also when the housekeeping task has not run yet: it sees `_closed` and ends.
+            with trio.move_on_after(_HOUSEKEEPING_BOUND) as scope:
+                await self._housekeeping_done.wait()
+            if scope.cancelled_caught:
+                self._teardown.overrun(f"housekeeping tasks did not stop within {_HOUSEKEEPING_BOUND:g} s")
             # Running calls (in their callers' tasks) stop through their own
             # ladder; give them that long before killing what is left, so that
             # a worker never gets `shutdown` before its call's `$/cancel`.
@@ -1168,8 +1310,23 @@ class Runner:
             async with trio.open_nursery() as nursery:
                 for worker in list(self._workers):
                     nursery.start_soon(self._shutdown_worker, worker)
+            self._pins.clear()
+            self._parked.clear()
             if self._cgroup_root is not None:
                 await trio.to_thread.run_sync(self._cgroup_root.remove)
+
+    async def _run_housekeeping(self) -> None:
+        """The nursery of spare refills and the idle reaper; :meth:`aclose` cancels it and waits for its end."""
+        try:
+            if self._closed:  # closed before this task got to run: nothing to keep
+                return
+            async with trio.open_nursery() as housekeeping:
+                self._housekeeping = housekeeping
+                self._housekeeping_ready.set()
+                await trio.sleep_forever()
+        finally:
+            self._housekeeping_ready.set()
+            self._housekeeping_done.set()
 
     async def _shutdown_worker(self, worker: WorkerProcess) -> None:
         if worker.state is WorkerState.BUSY:
@@ -1265,6 +1422,7 @@ async def open_runner(
     idle_timeout: float | None = 300.0,
     max_worker_rss_mb: int | None = 1024,
     spare_workers: int = 1,
+    wanted_tool: str | None = None,
 ) -> AsyncIterator[Runner]:
     """Discover tools and own their workers for the duration of the block.
 
@@ -1293,7 +1451,16 @@ async def open_runner(
         idle_timeout: seconds an idle warm worker is kept.
         max_worker_rss_mb: a warm worker grown past this is retired after its call.
         spare_workers: workers kept started (sandboxed, no module yet) so that a
-            call needing a new worker only pays for importing its module.
+            call needing a new worker only pays for importing its module. One
+            starts with the runner; a taken spare is replaced only once some
+            call has had to start a worker from scratch, so a one-shot run
+            starts one worker, not two.
+        wanted_tool: the one tool this runner is opened to call (the CLI's
+            ``xcsh-run TOOL``): discovery stops as soon as the module that
+            defines it is known and every module before it in precedence is
+            settled. Modules after it cannot change which tool the name
+            means, so a slow or looping one costs nothing; they are not
+            loaded and ``tools``/``errors`` leave them out.
 
     Raises:
         SandboxUnavailable: a policy asks for what this machine cannot
@@ -1332,7 +1499,8 @@ async def open_runner(
             check(tool_policy, found)
     except BaseException:
         if cgroups is not None:
-            await trio.to_thread.run_sync(cgroups.remove)
+            with trio.CancelScope(shield=True):  # also when the probe was cancelled
+                await trio.to_thread.run_sync(cgroups.remove)
         raise
     async with trio.open_nursery() as nursery:
         runner = Runner(
@@ -1358,17 +1526,17 @@ async def open_runner(
             max_worker_rss_mb=max_worker_rss_mb,
             spare_workers=spare_workers,
         )
-        async with trio.open_nursery() as housekeeping:
-            runner._housekeeping = housekeeping
-            try:
-                # The spare starts while discovery runs: they overlap.
-                runner._background(runner._refill_spares, policy)
-                if idle_timeout is not None:
-                    runner._background(runner._reap_idle)
-                await runner.load(tool_paths, discover_sources=discover_sources)
-                yield runner
-            finally:
-                await runner.aclose()  # cancels the housekeeping tasks first
+        try:
+            nursery.start_soon(runner._run_housekeeping)
+            await runner._housekeeping_ready.wait()
+            # The spare starts while discovery runs: they overlap.
+            runner._background(runner._refill_spares, policy)
+            if idle_timeout is not None:
+                runner._background(runner._reap_idle)
+            await runner.load(tool_paths, discover_sources=discover_sources, wanted_tool=wanted_tool)
+            yield runner
+        finally:
+            await runner.aclose()  # stops the housekeeping tasks first, and waits for them
 
 
 class CustomToolsLoadResult(msgspec.Struct, frozen=True):

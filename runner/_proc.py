@@ -16,17 +16,30 @@ Rules this module keeps (each one is a bug we do not want back):
    tails, drained continuously so that a flood never blocks the worker.
 5. The worker is attached to its boundary before it is sent ``initialize``,
    and it runs no tool code before that message, so it cannot fork outside.
+6. Spawn and supervision are one synchronous step: the supervisor task is
+   started (``start_soon``, not ``start``) before the first checkpoint, so no
+   cancellation can leave a live process without one.
+7. Every kill signals the worker itself through its pidfd as well as its
+   boundary: until attach completes the cgroup does not hold it.
+8. The boundary belongs to the starter until attach is over, and the pid is
+   reaped only after that, so attach never meets a removed cgroup or a
+   recycled pid.
+9. Every teardown wait is bounded; an expired bound is logged and counted
+   (:class:`TeardownStats`), and the worker's end is always recorded, so no
+   one waits forever on a worker whose cleanup failed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import enum
+import errno
 import fcntl
 import itertools
+import logging
 import os
 import resource
-import shutil
+import select
 import signal
 import subprocess
 import sys
@@ -42,13 +55,50 @@ from worker import _protocol as p
 
 from ._boundary import Boundary
 from ._errors import RemoteProtocolError, WorkerDied, WorkerStartupError
+from ._faults import fault_point
+from ._sandbox import remove_workdir
 
 DRAIN_SECONDS: Final = 0.5
+# How long a kill may take to be seen (reaped) before it is reported as an
+# overrun instead of waited on forever: SIGKILL is not instant for a process
+# in uninterruptible sleep (a hung NFS read, a frozen cgroup).
+KILL_WAIT_SECONDS: Final = 5.0
 TAIL_BYTES: Final = 64 * 1024
 _F_SETPIPE_SZ: Final = 1031
 _PIPE_BYTES: Final = 1 << 20
 _READ_CHUNK: Final = 1 << 20
 _ids = itertools.count(1)
+log: Final = logging.getLogger("xcsh_run")
+
+_Streams = tuple[trio.lowlevel.FdStream, trio.lowlevel.FdStream, trio.lowlevel.FdStream]
+
+
+class TeardownStats:
+    """Bounded teardown waits that expired: each one logged, and counted here.
+
+    A runner shares one with all its workers; ``RunnerStatistics.teardown_overruns``
+    reports the count. Anything above 0 means a kill or a cleanup did not
+    finish in its bound and was given up on rather than waited on forever.
+    """
+
+    def __init__(self) -> None:
+        self.overruns = 0
+
+    def overrun(self, what: str) -> None:
+        self.overruns += 1
+        log.error("teardown bound expired: %s", what)
+
+
+_NO_STATS = TeardownStats()
+
+
+def _exited_now(pidfd: int) -> bool:
+    """True if the process behind ``pidfd`` has exited (a pidfd is readable then)."""
+    if pidfd < 0:
+        return False
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def _describe(msg: object) -> str:
@@ -183,6 +233,10 @@ class WorkerProcess:
         self._last_id = 0
         self._exited = trio.Event()
         self._finished = trio.Event()
+        # Set once attach is over (done, failed or never tried): until then
+        # the boundary is the starter's, and the pid must not be reaped.
+        self._attached = trio.Event()
+        self.teardown = _NO_STATS
         self._tasks: trio.Nursery | None = None
         self.on_request: RequestHandler | None = None
         self.on_notification: NotificationHandler | None = None
@@ -210,13 +264,16 @@ class WorkerProcess:
         has_ui: bool = False,
         on_request: RequestHandler | None = None,
         on_notification: NotificationHandler | None = None,
+        teardown: TeardownStats | None = None,
     ) -> WorkerProcess:
         """Spawn a worker, attach it to ``boundary`` and run the handshake.
 
         The worker owns ``boundary`` and ``workdir`` from here on: both are
-        removed when it ends. The caller must bound this with a deadline.
-        Raises WorkerStartupError, WorkerDied or RemoteProtocolError; on any
-        failure the worker is gone.
+        removed when it ends, also when this raises or is cancelled. The caller
+        must bound this with a deadline. Raises WorkerStartupError (with the
+        errno of a host-side failure), WorkerDied or RemoteProtocolError; on
+        any failure, and on cancellation, the worker is gone (bounded) before
+        this returns.
         """
         self = cls(
             module=module,
@@ -225,49 +282,23 @@ class WorkerProcess:
             workdir=workdir,
             output_limit=output_limit,
         )
+        if teardown is not None:
+            self.teardown = teardown
         # Before the worker can say anything: a factory may already use the UI or the logger.
         self.on_request = on_request
         self.on_notification = on_notification
         self.has_ui = has_ui  # what the worker was last told
-        fds: list[int] = []
+        # Spawn and supervision are one step with no checkpoint between them:
+        # a cancellation cannot land where a live process has no supervisor.
+        streams = self._spawn(cwd, env)
         try:
-            to_r, to_w = os.pipe()
-            from_r, from_w = os.pipe()
-            out_r, out_w = os.pipe()
-            err_r, err_w = os.pipe()
-            fds += [to_r, to_w, from_r, from_w, out_r, out_w, err_r, err_w]
-            _bigger_pipe(to_w)
-            _bigger_pipe(from_w)
-            argv = [sys.executable, "-I", "-m", "worker", "--fd-in", str(to_r), "--fd-out", str(from_w)]
-            # Blocking on purpose, on the trio thread: see Rule 1 above.
-            self._proc = subprocess.Popen(  # noqa: ASYNC220
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out_w,
-                stderr=err_w,
-                pass_fds=(to_r, from_w),
-                close_fds=True,
-                start_new_session=True,
-                cwd=cwd,
-                env=dict(env),
-            )
-        except OSError as exc:
-            for fd in fds:
-                os.close(fd)
-            boundary.kill()
-            self._remove_workdir()
-            raise WorkerStartupError(f"could not start a worker for {module}: {exc}") from exc
-        # The child has its copies; ours of the child's ends must go, or EOF
-        # would never come and the lifeline would never fire.
-        for fd in (to_r, from_w, out_w, err_w):
-            os.close(fd)
-        self.pid = self._proc.pid
-        self._pidfd = os.pidfd_open(self.pid)
-        self._send = trio.lowlevel.FdStream(to_w)
-        streams = (trio.lowlevel.FdStream(from_r), trio.lowlevel.FdStream(out_r), trio.lowlevel.FdStream(err_r))
-        await nursery.start(self._supervise, streams)
+            nursery.start_soon(self._supervise, streams)
+        except BaseException:  # the runner's nursery is closed: nobody would supervise it
+            self._kill_unsupervised(streams)
+            raise
         try:
-            await trio.to_thread.run_sync(boundary.attach, self.pid)
+            await self._attach()
+            fault_point("initialize", self.pid)
             init = p.InitializeParams(
                 protocol_version=p.PROTOCOL_VERSION,
                 host_pid=os.getpid(),
@@ -291,20 +322,119 @@ class WorkerProcess:
                 raise RemoteProtocolError(
                     f"worker speaks protocol version {result.protocol_version}, host speaks {p.PROTOCOL_VERSION}"
                 )
-        except BaseException:
+        except BaseException as exc:
             with trio.CancelScope(shield=True):
                 await self.kill()
+            if isinstance(exc, OSError):  # host-side, e.g. a write to a pipe the kernel refused
+                raise WorkerStartupError(f"could not start a worker for {self.module}: {exc}") from exc
             raise
         self.state = WorkerState.IDLE
         return self
 
+    def _spawn(self, cwd: str, env: Mapping[str, str]) -> _Streams:
+        """Pipes, process and pidfd, synchronously. On failure nothing is left and WorkerStartupError is raised."""
+        fds: list[int] = []
+        try:
+            for _ in range(4):
+                fault_point("pipes")
+                fds.extend(os.pipe())  # appended pipe by pipe: a failure on the third closes the first two
+            to_r, to_w, from_r, from_w, out_r, out_w, err_r, err_w = fds
+            _bigger_pipe(to_w)
+            _bigger_pipe(from_w)
+            argv = [sys.executable, "-I", "-m", "worker", "--fd-in", str(to_r), "--fd-out", str(from_w)]
+            fault_point("popen")
+            # Blocking on purpose, on the trio thread: see Rule 1 above.
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=err_w,
+                pass_fds=(to_r, from_w),
+                close_fds=True,
+                start_new_session=True,
+                cwd=cwd,
+                env=dict(env),
+            )
+        except OSError as exc:
+            for fd in fds:
+                os.close(fd)
+            self._abandon_resources()
+            step = "its pipes" if len(fds) < 8 else "its process"
+            raise WorkerStartupError(f"could not start a worker for {self.module} ({step}): {exc}") from exc
+        self._proc = proc
+        self.pid = proc.pid
+        # The child has its copies; ours of the child's ends must go, or EOF
+        # would never come and the lifeline would never fire.
+        for fd in (to_r, from_w, out_w, err_w):
+            os.close(fd)
+        try:
+            fault_point("pidfd_open", self.pid)
+            self._pidfd = os.pidfd_open(self.pid)
+        except OSError as exc:
+            for fd in (to_w, from_r, out_r, err_r):
+                os.close(fd)
+            self._kill_unsupervised(())
+            raise WorkerStartupError(f"could not start a worker for {self.module} (its pidfd): {exc}") from exc
+        self._send = trio.lowlevel.FdStream(to_w)
+        return trio.lowlevel.FdStream(from_r), trio.lowlevel.FdStream(out_r), trio.lowlevel.FdStream(err_r)
+
+    def _kill_unsupervised(self, streams: tuple[trio.lowlevel.FdStream, ...]) -> None:
+        """Kill and reap a worker that has no supervisor, synchronously; it ran no tool code."""
+        assert self._proc is not None
+        # Not reaped yet, so its pid cannot have been recycled: a plain kill
+        # reaches it. It is in no cgroup yet, so the boundary would miss it.
+        with contextlib.suppress(OSError):
+            os.kill(self.pid, signal.SIGKILL)
+        try:
+            self.returncode = self._proc.wait(KILL_WAIT_SECONDS)
+        except subprocess.TimeoutExpired:
+            self.teardown.overrun(f"worker {self.pid} ({self.module}) did not exit after SIGKILL")
+        for stream in (*streams, self._send):
+            if stream is not None:
+                stream.close()
+        if self._pidfd >= 0 and self.returncode is not None:
+            os.close(self._pidfd)
+            self._pidfd = -1
+        self._abandon_resources()
+
+    def _abandon_resources(self) -> None:
+        """The process never ran: remove what was made for it (an empty cgroup, a fresh workdir)."""
+        with contextlib.suppress(Exception):
+            self.boundary.kill()
+        self.boundary.close()
+        self._remove_workdir()
+        self._attached.set()
+        self.state = WorkerState.DEAD
+        self._exited.set()
+        self._finished.set()
+
+    async def _attach(self) -> None:
+        """Move the worker into its boundary. Until this returns the boundary is ours, not the supervisor's."""
+        try:
+            await trio.to_thread.run_sync(self._attach_blocking)
+        except OSError as exc:
+            if exc.errno == errno.ESRCH:
+                # It died before it could be attached (it has run no tool code):
+                # report how, from its exit status and stderr, not the errno.
+                with trio.move_on_after(KILL_WAIT_SECONDS):
+                    await self._finished.wait()
+                raise WorkerDied(self.returncode or 0, self.stderr_tail.text()) from None
+            raise WorkerStartupError(
+                f"could not move the worker for {self.module} into its cgroup: {exc}; "
+                "the runner may be closing, or the cgroup hierarchy changed"
+            ) from None
+        finally:
+            # Set even when cancelled before the thread ran: the supervisor's
+            # teardown waits for this before it touches the boundary.
+            self._attached.set()
+
+    def _attach_blocking(self) -> None:
+        fault_point("attach", self.pid)
+        self.boundary.attach(self.pid)
+
     # --- supervision ---------------------------------------------------------
 
-    async def _supervise(
-        self,
-        streams: tuple[trio.lowlevel.FdStream, trio.lowlevel.FdStream, trio.lowlevel.FdStream],
-        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-    ) -> None:
+    async def _supervise(self, streams: _Streams) -> None:
         protocol, out, err = streams
         try:
             async with trio.open_nursery() as nursery:
@@ -312,46 +442,80 @@ class WorkerProcess:
                 nursery.start_soon(self._read_protocol, protocol)
                 nursery.start_soon(self._drain, out, self.stdout_tail)
                 nursery.start_soon(self._drain, err, self.stderr_tail)
-                task_status.started()
                 await trio.lowlevel.wait_readable(self._pidfd)
-                self._reap()
                 with trio.CancelScope(shield=True):
+                    # The pid stays ours until it is reaped, and attach writes it:
+                    # reap only after attach is over, so attach can never move a
+                    # recycled pid into our cgroup.
+                    await self._wait_attached()
+                    self._reap()
                     # Kill everything the worker left behind so no one holds the
                     # pipes, then give the readers a bounded moment to reach EOF:
                     # a reply written just before exit is still delivered.
-                    await trio.to_thread.run_sync(self.boundary.kill)
+                    await self._kill_boundary()
                     with trio.move_on_after(DRAIN_SECONDS):
                         await self._readers_done.wait()
                 nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
-                if self.returncode is None:
-                    # Cancelled from outside (the runner is closing): the
-                    # process must still die and be reaped before we return.
-                    await trio.to_thread.run_sync(self.boundary.kill)
-                    if self.boundary.cgroup is None:
-                        with contextlib.suppress(OSError):
-                            os.kill(self.pid, signal.SIGKILL)
-                    await trio.to_thread.run_sync(self._wait_blocking)
-                self.state = WorkerState.DEAD
-                self.boundary.close()
-                for fd in (self._statm_fd, self._stat_fd):
-                    if fd >= 0:
-                        os.close(fd)
-                self._statm_fd = self._stat_fd = -1
-                await trio.to_thread.run_sync(self._remove_workdir)
-                os.close(self._pidfd)
-                self._pidfd = -1
-                for stream in (*streams, self._send):
-                    if stream is not None:
-                        await stream.aclose()
-                self._fail_pending(WorkerDied(self.returncode or 0, self.stderr_tail.text()))
-                self._exited.set()
-                self._finished.set()
+                try:
+                    await self._teardown(streams)
+                except Exception:
+                    log.exception("tearing down the worker for %s failed; its resources may be left", self.module)
+                finally:
+                    # Whatever failed above, the worker's end is recorded: nobody
+                    # may wait forever on a worker that no longer has a supervisor.
+                    self.state = WorkerState.DEAD
+                    self._fail_pending(WorkerDied(self.returncode or 0, self.stderr_tail.text()))
+                    self._exited.set()
+                    self._finished.set()
+
+    async def _teardown(self, streams: _Streams) -> None:
+        """Every step bounded, each one attempted even when an earlier one failed."""
+        if self.returncode is None:
+            # Cancelled from outside (the runner's nursery is going): the
+            # process must still die and be reaped before we return.
+            self._signal(signal.SIGKILL)
+            await self._wait_attached()
+            await self._kill_boundary()
+            with trio.move_on_after(KILL_WAIT_SECONDS):
+                await trio.lowlevel.wait_readable(self._pidfd)
+            if _exited_now(self._pidfd):
+                self._reap()
+            else:
+                self.teardown.overrun(
+                    f"worker {self.pid} ({self.module}) did not exit {KILL_WAIT_SECONDS:g} s after SIGKILL"
+                )
+        self.boundary.close()
+        for fd in (self._statm_fd, self._stat_fd):
+            if fd >= 0:
+                os.close(fd)
+        self._statm_fd = self._stat_fd = -1
+        if self.workdir is not None:
+            workdir, self.workdir = self.workdir, None
+            if not await trio.to_thread.run_sync(remove_workdir, workdir):
+                self.teardown.overrun(f"could not remove all of the workdir {workdir} of worker {self.pid}")
+        if self._pidfd >= 0 and self.returncode is not None:
+            # Closed only once reaped: until then it is the one safe handle on the pid.
+            os.close(self._pidfd)
+            self._pidfd = -1
+        for stream in (*streams, self._send):
+            if stream is not None:
+                await stream.aclose()
+
+    async def _kill_boundary(self) -> None:
+        if not await trio.to_thread.run_sync(self.boundary.kill) and self.boundary.reliable:
+            self.teardown.overrun(f"the cgroup of worker {self.pid} ({self.module}) could not be emptied and removed")
+
+    def _signal(self, signum: int) -> None:
+        """Signal the worker itself through its pidfd (never a recycled pid)."""
+        if self._pidfd >= 0 and self.returncode is None:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self._pidfd, signum)
 
     def _remove_workdir(self) -> None:
         if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+            remove_workdir(self.workdir)
             self.workdir = None
 
     def _reap(self) -> None:
@@ -363,13 +527,13 @@ class WorkerProcess:
             pid = 0
         if pid == self.pid:
             self._proc.returncode = os.waitstatus_to_exitcode(status)
-        self.returncode = self._proc.wait()
+        try:
+            self.returncode = self._proc.wait(KILL_WAIT_SECONDS)
+        except subprocess.TimeoutExpired:  # pragma: no cover - the pidfd said it exited
+            self.teardown.overrun(f"worker {self.pid} could not be reaped")
+            return
         self.state = WorkerState.DEAD
         self._exited.set()
-
-    def _wait_blocking(self) -> None:
-        assert self._proc is not None
-        self.returncode = self._proc.wait()
 
     def _reader_finished(self) -> None:
         self._readers_left -= 1
@@ -385,7 +549,7 @@ class WorkerProcess:
                     # Over the output budget: the worker and its tree go now.
                     self.output_exceeded = True
                     with trio.CancelScope(shield=True):
-                        await trio.to_thread.run_sync(self.boundary.kill)
+                        await self._kill_tree()
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             pass
         finally:
@@ -416,7 +580,7 @@ class WorkerProcess:
             self._fail_pending(self.protocol_error)
             # Nothing it says can be trusted any more: end it and its tree.
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(self.boundary.kill)
+                await self._kill_tree()
         finally:
             self._reader_finished()
 
@@ -574,21 +738,40 @@ class WorkerProcess:
     def terminate(self) -> None:
         """Send SIGTERM to the worker (not its children): the first rung of the ladder."""
         if not self._exited.is_set():
-            with contextlib.suppress(ProcessLookupError):
-                # pidfd_send_signal cannot hit a recycled pid; fall back to kill.
-                if self._pidfd >= 0:
-                    signal.pidfd_send_signal(self._pidfd, signal.SIGTERM)
-                else:  # pragma: no cover - pidfd closed only after exit
-                    os.kill(self.pid, signal.SIGTERM)
+            self._signal(signal.SIGTERM)
+
+    async def _kill_tree(self) -> None:
+        # The worker itself first, through its pidfd: before attach completes
+        # (or without a cgroup) the boundary does not hold it yet.
+        self._signal(signal.SIGKILL)
+        # The boundary belongs to whoever is attaching until attach is over.
+        await self._wait_attached()
+        await self._kill_boundary()
+
+    async def _wait_attached(self) -> None:
+        # One write to cgroup.procs, in a thread that cannot be abandoned: it
+        # ends. Bounded all the same, and reported if it ever does not.
+        with trio.move_on_after(KILL_WAIT_SECONDS) as scope:
+            await self._attached.wait()
+        if scope.cancelled_caught:
+            self.teardown.overrun(f"attaching worker {self.pid} to its cgroup did not finish")
 
     async def kill(self) -> None:
-        """Kill the worker and its whole tree, and wait until all of it is gone."""
-        if not self._finished.is_set():
-            await trio.to_thread.run_sync(self.boundary.kill)
-            if self.boundary.cgroup is None and not self._exited.is_set():
-                with contextlib.suppress(OSError):
-                    signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
-        await self._finished.wait()
+        """Kill the worker and its whole tree, and wait until all of it is gone.
+
+        Bounded: if the worker has not been reaped ``KILL_WAIT_SECONDS`` after
+        its SIGKILL (a process stuck in the kernel), the overrun is logged and
+        counted in :class:`TeardownStats` and this returns anyway.
+        """
+        if self._finished.is_set():
+            return
+        await self._kill_tree()
+        with trio.move_on_after(KILL_WAIT_SECONDS) as scope:
+            await self._finished.wait()
+        if scope.cancelled_caught:
+            self.teardown.overrun(
+                f"worker {self.pid} ({self.module}) was not reaped {KILL_WAIT_SECONDS:g} s after SIGKILL"
+            )
 
     async def wait_exited(self) -> None:
         await self._exited.wait()

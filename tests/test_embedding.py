@@ -122,11 +122,43 @@ async def test_a_spare_worker_serves_the_first_call_of_a_module() -> None:
                 await trio.sleep(0.01)
             started = runner.statistics().workers_started
             await runner.call_tool("pid")
+            after_one_call = runner.statistics()
+    assert started == 1  # only the spare
+    # The spare became the module's worker, and nothing replaced it: a one-shot
+    # run (the CLI) starts exactly one worker.
+    assert after_one_call.workers_started == 1
+    assert after_one_call.spare_workers == 0
+
+
+async def test_a_taken_spare_is_replaced_once_a_call_had_to_start_a_worker(tmp_path: Path) -> None:
+    with trio.fail_after(60):
+        async with make_runner(POOL, cache=True) as runner:
+            pass
+        async with make_runner(POOL, spare_workers=1) as runner, trio.open_nursery() as nursery:
+            while runner.statistics().spare_workers < 1:  # noqa: ASYNC110 - started in the background
+                await trio.sleep(0.01)
+            # Two calls at once: one takes the spare, the other must start a
+            # worker from scratch, which is the demand that keeps spares coming.
+            both_running = trio.Event()
+            running = 0
+
+            def started(_: object) -> None:
+                nonlocal running
+                running += 1
+                if running == 2:
+                    both_running.set()
+
+            for i in range(2):
+                nursery.start_soon(
+                    lambda i=i: runner.call_tool(
+                        "work", {"log": str(tmp_path / "log"), "seconds": 0.3}, tool_call_id=f"w{i}", on_update=started
+                    )
+                )
+            await both_running.wait()
             while runner.statistics().spare_workers < 1:  # noqa: ASYNC110 - refilled in the background
                 await trio.sleep(0.01)
             stats = runner.statistics()
-    assert started == 1  # only the spare
-    assert stats.workers_started == 2  # the spare became the module's worker; a new spare took its place
+    assert stats.workers_started == 3  # the spare, the cold start, and the spare that replaced the first
 
 
 def test_blocking_api_from_several_threads(tmp_path: Path) -> None:
