@@ -61,6 +61,7 @@ from ._sandbox import (
     make_workdir,
     probe,
     remove_workdir,
+    sweep_stale_workdirs,
     worker_config,
 )
 from ._validate import ArgumentValidator, SchemaProblem
@@ -1485,14 +1486,20 @@ async def open_runner(
     policy = sandbox if sandbox is not None else SandboxPolicy()
     cgroups = CgroupRoot.create()
     try:
-        found = await trio.to_thread.run_sync(
-            lambda: probe(
+
+        def prepare() -> Probe:
+            # Workdirs of hosts that died (SIGKILL, power loss) are swept here,
+            # as their cgroups are in CgroupRoot.create: nothing else would.
+            for left in sweep_stale_workdirs():
+                log.warning("could not remove all of the stale worker workdir %s", left)
+            return probe(
                 cache_root if cache else None,
                 cgroup_v2=cgroups is not None,
                 memory_cgroup=cgroups is not None and cgroups.memory is not None,
                 pids_cgroup=cgroups is not None and cgroups.pids is not None,
             )
-        )
+
+        found = await trio.to_thread.run_sync(prepare)
         # Fail closed, before any worker exists.
         unenforced = check(policy, found)
         for tool_policy in (tool_policies or {}).values():
