@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 BENCH_STAMP := $(VENV)/.bench-installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: setup run test check lint fuzz bench clean
+.PHONY: setup run test stress check lint fuzz bench clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "xcsh-run needs Python 3.11+, found " + sys.version.split()[0]'
@@ -28,6 +28,12 @@ run: $(STAMP)
 ## Lint, type-check, then every test (the fuzz suite's quick profile included).
 test: check
 	$(BIN)/python -m pytest
+
+## The load, sweep, fault and stress tests (marker `stress`) in their long versions (`make test` runs them
+## short); extra flags: make stress STRESS_ARGS='-k load -x'.
+stress: $(STAMP)
+	@# Each of these tests sets its own timeout; faulthandler's 110 s dump would only be noise here.
+	XCSH_RUN_STRESS=1 $(BIN)/python -m pytest -m stress -o faulthandler_timeout=0 $(STRESS_ARGS)
 
 check: $(STAMP)
 	$(BIN)/ruff format --check runner worker tests fuzz examples bench

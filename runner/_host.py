@@ -19,6 +19,7 @@ The result's ``error.rung`` says whether step 2 (``"cooperative"``) or step 3
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import itertools
 import math
@@ -642,8 +643,8 @@ class Runner:
 
     def _background(self, fn: Callable[..., Awaitable[object]], *args: Any) -> None:
         """Run a housekeeping task that :meth:`aclose` cancels and waits for before it tears down."""
-        if self._closed:
-            return
+        if self._closed or self._housekeeping_done.is_set():
+            return  # closing, or the runner's nursery is being cancelled: nothing more to keep
         (self._housekeeping or self._nursery).start_soon(fn, *args)
 
     async def _reap_idle(self) -> None:
@@ -689,13 +690,15 @@ class Runner:
         worker.state = WorkerState.IDLE
         worker.idle_since = trio.current_time()
         if self._closed:
-            self._nursery.start_soon(self._retire, worker)
+            # aclose is killing every worker anyway; its nursery may be gone already.
+            with contextlib.suppress(RuntimeError):
+                self._nursery.start_soon(self._retire, worker)
             return
         self._idle.setdefault((worker.module, self._policies[worker]), []).append(worker)
 
     async def _finish_with(self, worker: WorkerProcess, *, healthy: bool) -> None:
         """After a call or a render: back to the idle pool, parked for a pending action, or retired."""
-        if healthy and self._healthy(worker):
+        if healthy and not self._closed and self._healthy(worker):
             if self._within_budget(worker):
                 self._release(worker)
                 return
@@ -1326,6 +1329,7 @@ class Runner:
                 self._housekeeping_ready.set()
                 await trio.sleep_forever()
         finally:
+            self._housekeeping = None
             self._housekeeping_ready.set()
             self._housekeeping_done.set()
 

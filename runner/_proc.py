@@ -413,12 +413,18 @@ class WorkerProcess:
         try:
             await trio.to_thread.run_sync(self._attach_blocking)
         except OSError as exc:
+            # Attach is over: the supervisor may reap and tear down from here.
+            self._attached.set()
             if exc.errno == errno.ESRCH:
                 # It died before it could be attached (it has run no tool code):
                 # report how, from its exit status and stderr, not the errno.
                 with trio.move_on_after(KILL_WAIT_SECONDS):
                     await self._finished.wait()
-                raise WorkerDied(self.returncode or 0, self.stderr_tail.text()) from None
+                if self.returncode is None:
+                    raise WorkerStartupError(
+                        f"the worker for {self.module} vanished before it could be attached to its cgroup: {exc}"
+                    ) from None
+                raise WorkerDied(self.returncode, self.stderr_tail.text()) from None
             raise WorkerStartupError(
                 f"could not move the worker for {self.module} into its cgroup: {exc}; "
                 "the runner may be closing, or the cgroup hierarchy changed"

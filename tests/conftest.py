@@ -1,24 +1,36 @@
-"""Shared fixtures. The autouse ``no_survivors`` fixture fails any test that leaves a process behind.
+"""Shared fixtures. The autouse ``no_survivors`` fixture fails any test that leaves a process,
+a cgroup or a worker workdir behind.
 
 Every process a test starts (workers, their children, setsid daemons, CLI
 hosts) inherits ``XCSH_RUN_TEST_MARK`` from this process's environment, so a
 scan of ``/proc/*/environ`` finds them wherever they were reparented to.
+
+For tests that must survive a host that hangs (the lifecycle sweep, the fault
+matrix), :func:`run_guarded` runs one ``trio.run`` in a thread under a
+watchdog, and :func:`snapshot` / :func:`leaks_since` say what one run left.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
+import time
+import traceback
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from runner import Runner, open_runner
 
@@ -59,10 +71,227 @@ def marked_processes() -> list[tuple[int, str]]:
 def own_cgroup_dirs() -> list[str]:
     """This process's runner cgroups (v2 boundaries, v1 memory and pids limits) still present."""
     found: list[str] = []
+    mine = f"xcsh-run.{os.getpid()}."
     for hierarchy in ("unified", "memory", "pids"):
-        base = Path("/sys/fs/cgroup") / hierarchy
-        found += [str(p) for p in base.glob(f"**/xcsh-run.{os.getpid()}.*")]
+        # os.walk, not Path.glob("**"): other hosts on this machine (another
+        # pytest) create and remove their cgroups while we walk, and glob lets
+        # the FileNotFoundError of a vanished directory escape; os.walk skips it.
+        for parent, dirs, _ in os.walk(Path("/sys/fs/cgroup") / hierarchy):
+            found += [os.path.join(parent, d) for d in dirs if d.startswith(mine)]
+            dirs[:] = [d for d in dirs if not d.startswith("xcsh-run.")]  # no runner cgroup nests another
     return sorted(found)
+
+
+WORKDIR_PREFIX = "xcsh-run-w"
+
+# Lines the sweep and fault tests add (iterations and time per phase); printed
+# at the end of the session, passing or failing, by pytest_terminal_summary.
+SUMMARY: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if SUMMARY:
+        terminalreporter.section("lifecycle sweep and fault matrix")
+        for line in SUMMARY:
+            terminalreporter.write_line(line)
+
+
+def worker_workdirs() -> set[str]:
+    """This process's worker workdirs (``xcsh-run-w*``) now present in the temp folder, by path.
+
+    Earlier tests' leftovers are in this set too: compare a set taken before
+    with one taken after, never the set itself with nothing.
+    """
+    base = tempfile.gettempdir()
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return set()
+    found = set()
+    for name in names:
+        if not name.startswith(WORKDIR_PREFIX):
+            continue
+        # ``xcsh-run-w<host pid>-<random>`` names its host: other hosts (another
+        # pytest on this machine) make and remove theirs while ours run. The
+        # older ``xcsh-run-w<random>`` cannot be told apart, so it counts.
+        owner, dash, _ = name[len(WORKDIR_PREFIX) :].partition("-")
+        if dash and owner.isdigit() and int(owner) != os.getpid():
+            continue
+        if os.path.isdir(os.path.join(base, name)):
+            found.add(os.path.join(base, name))
+    return found
+
+
+def fd_count() -> int:
+    """How many fds this process has open (the listing's own fd included, every time alike)."""
+    return len(os.listdir("/proc/self/fd"))
+
+
+def open_fds() -> dict[int, str]:
+    """This process's open fds and what each points to (``pipe:[…]``, ``anon_inode:[pidfd]``, a path)."""
+    found: dict[int, str] = {}
+    for entry in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own fd is gone by now
+            found[int(entry)] = os.readlink(f"/proc/self/fd/{entry}")
+    return found
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the test process holds before a run: compared with :func:`leaks_since` after it."""
+
+    fds: dict[int, str]
+    workdirs: frozenset[str]
+
+
+def snapshot() -> Snapshot:
+    return Snapshot(open_fds(), frozenset(worker_workdirs()))
+
+
+def leaks_since(before: Snapshot, *, clean: bool = True) -> list[str]:
+    """What a run left behind since ``before``: processes, cgroups, workdirs, fds (empty if nothing).
+
+    With ``clean``, left processes are killed and left workdirs removed, so
+    that one leaky run does not make every later run of a sweep fail too.
+    Leaked fds and cgroups cannot be cleaned from here (the host owns them).
+    """
+    problems: list[str] = []
+    survivors = marked_processes()
+    if survivors:
+        problems.append(f"processes: {survivors}")
+        if clean:
+            kill_marked()
+    cgroups = own_cgroup_dirs()
+    if cgroups:
+        problems.append(f"cgroups: {cgroups}")
+    workdirs = sorted(worker_workdirs() - before.workdirs)
+    if workdirs:
+        problems.append(f"workdirs: {workdirs}")
+        if clean:
+            for path in workdirs:
+                shutil.rmtree(path, ignore_errors=True)
+    after = open_fds()
+    # By count, as the brief's invariant; the listing names what is new, so a
+    # leaked pipe or pidfd is recognisable in the report.
+    if len(after) != len(before.fds):
+        new = sorted(f"{fd}->{target}" for fd, target in after.items() if before.fds.get(fd) != target)
+        problems.append(f"fds: {len(before.fds)} -> {len(after)} (new or changed: {new})")
+    return problems
+
+
+def kill_marked() -> list[tuple[int, str]]:
+    """SIGKILL every live process carrying this session's mark; returns what was found."""
+    survivors = marked_processes()
+    for pid, _ in survivors:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    return survivors
+
+
+@dataclass
+class Guarded:
+    """How one :func:`run_guarded` went."""
+
+    value: Any = None
+    error: BaseException | None = None
+    hung: bool = False  # the watchdog fired: trio.run did not return in time
+    stuck: bool = False  # and it still had not returned after every marked process was killed
+    dump: str = ""  # where it hung: trio's task tree and the blocked threads
+    killed: list[tuple[int, str]] = field(default_factory=list)  # what the watchdog killed
+    seconds: float = 0.0
+
+
+def run_guarded(
+    fn: Callable[..., Awaitable[Any]],
+    *args: Any,
+    timeout: float = 15.0,
+    instruments: Sequence[trio.abc.Instrument] = (),
+    after_kill: float = 5.0,
+) -> Guarded:
+    """``trio.run(fn, *args)`` in its own thread, under a watchdog.
+
+    A host that hangs (a shielded wait that never ends, a thread blocked in
+    ``Popen.wait``) cannot be interrupted from inside, and pytest-timeout would
+    take the whole session down with it. So the run gets its own thread; if it
+    has not returned after ``timeout`` seconds, the watchdog records where
+    every task waits, SIGKILLs every marked process (which ends most hangs:
+    they wait for a worker that will now exit) and waits ``after_kill`` more.
+    A run that is still going after that is ``stuck``: its daemon thread is
+    abandoned, and the caller should stop sweeping.
+    """
+    outcome = Guarded()
+    tokens: list[trio.lowlevel.TrioToken] = []
+
+    async def main() -> Any:
+        tokens.append(trio.lowlevel.current_trio_token())
+        return await fn(*args)
+
+    def target() -> None:
+        try:
+            outcome.value = trio.run(main, instruments=list(instruments))
+        except BaseException as exc:  # reported to the test, whatever it is
+            outcome.error = exc
+
+    start = time.monotonic()
+    thread = threading.Thread(target=target, name="guarded-trio-run", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        outcome.hung = True
+        outcome.dump = _where_it_hangs(tokens[0] if tokens else None, thread)
+        outcome.killed = kill_marked()
+        thread.join(after_kill)
+        if thread.is_alive():
+            outcome.stuck = True
+            outcome.dump += "\n" + _where_it_hangs(tokens[0] if tokens else None, thread)
+    outcome.seconds = time.monotonic() - start
+    return outcome
+
+
+def _where_it_hangs(token: trio.lowlevel.TrioToken | None, thread: threading.Thread) -> str:
+    """trio's task tree with each task's innermost frames, and the stacks of threads in runner code."""
+    lines: list[str] = []
+    done = threading.Event()
+
+    def walk() -> None:
+        def visit(task: trio.lowlevel.Task, depth: int) -> None:
+            # trio's own machinery (_core: nurseries, traps) says nothing about
+            # where the host waits; the runner's frames and trio's API calls do.
+            frames = [
+                f"{_short(f.f_code.co_filename)}:{lineno} {f.f_code.co_name}"
+                for f, lineno in task.iter_await_frames()
+                if "/trio/_core/" not in f.f_code.co_filename
+            ]
+            lines.append("  " * depth + f"task {task.name}: " + " > ".join(frames[-4:]))
+            for nursery in task.child_nurseries:
+                for child in nursery.child_tasks:
+                    visit(child, depth + 1)
+
+        try:
+            visit(trio.lowlevel.current_root_task(), 0)  # type: ignore[arg-type]
+        finally:
+            done.set()
+
+    if token is not None:
+        with contextlib.suppress(trio.RunFinishedError):
+            token.run_sync_soon(walk)
+            done.wait(1.0)
+    for ident, frame in sys._current_frames().items():
+        if ident == threading.get_ident():
+            continue
+        stack = traceback.extract_stack(frame)
+        interesting = [s for s in stack if "/runner/" in s.filename or "subprocess" in s.filename]
+        if ident == thread.ident or interesting:
+            tail = (interesting or stack)[-3:]
+            lines.append(f"thread {ident}: " + " > ".join(f"{_short(s.filename)}:{s.lineno} {s.name}" for s in tail))
+    return "\n".join(lines)
+
+
+def _short(filename: str) -> str:
+    for marker in ("/runner/", "/worker/", "/tests/", "/trio/"):
+        if marker in filename:
+            return marker.strip("/") + "/" + filename.rsplit(marker, 1)[1]
+    return os.path.basename(filename)
 
 
 @pytest.fixture(autouse=True)
@@ -79,15 +308,19 @@ def _in_tmp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(autouse=True)
 def no_survivors() -> Iterator[None]:
-    """Fail the test if any process it started is still alive afterwards."""
+    """Fail the test if any process, cgroup or worker workdir it made is still there afterwards."""
+    # Only workdirs made during this test count: other tests' leftovers (and
+    # other processes' workdirs in a shared /tmp) are already in this set.
+    workdirs_before = worker_workdirs()
     yield
-    survivors = marked_processes()
-    for pid, _ in survivors:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
+    survivors = kill_marked()
     assert not survivors, f"processes left behind: {survivors}"
     leftover = own_cgroup_dirs()
     assert not leftover, f"cgroups left behind: {leftover}"
+    left_workdirs = sorted(worker_workdirs() - workdirs_before)
+    for path in left_workdirs:
+        shutil.rmtree(path, ignore_errors=True)  # so that one leak fails one test, not every later one
+    assert not left_workdirs, f"worker workdirs left behind: {left_workdirs}"
 
 
 @asynccontextmanager

@@ -1,0 +1,487 @@
+"""The checkpoint-cancellation sweep: cancellation at every task step of a runner's life.
+
+The promise under test: nothing that happens to a call can hang the host or
+leave anything behind; every ``call_tool`` ends in exactly one ToolResult, or
+raises ``trio.Cancelled`` when the caller's own scope was cancelled (after the
+worker's tree is gone).
+
+How: a :class:`StepCanceller` instrument counts trio task steps once armed and,
+at step N, cancels the scope around the lifecycle (or, in the ``cancel_id``
+variant, calls ``runner.cancel(call_id)``). Each N = 1, 2, 3, ... gets a fresh
+``trio.run`` of ``open_runner -> call_tool -> close``, until a run completes
+without the instrument firing: then every step of the phase has had a
+cancellation land on it. Each run is guarded by a watchdog thread
+(:func:`conftest.run_guarded`) so that a hang is a reported failure, not a
+hung pytest; after each run nothing may be left (processes, cgroups, worker
+workdirs, fds of this process).
+
+Every N up to :data:`MANDATORY` is run in every profile; beyond it ``make
+test`` takes a stride and ``make stress`` (``XCSH_RUN_STRESS=1``) takes every
+step and every combination of phase, spares and cache. Failures are collected
+across N and reported together, with the phase, N and what was left.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import pytest
+import trio
+
+from runner import Runner, ToolResult, open_runner
+
+from ._scale import STRESS, scaled
+from .conftest import SUMMARY, TOOLS, Guarded, leaks_since, run_guarded, snapshot
+
+MODULE = str(TOOLS / "lifecycle.py")
+CALL_ID = "sweep-call"
+GRACE = 0.5
+# A normal iteration takes well under a second (one worker start, one call,
+# the close); ten times that is a hang, not a slow machine.
+WATCHDOG = 10.0
+# Every N up to here is run in every profile; beyond it, short runs stride.
+MANDATORY = 60
+STRIDE = scaled(4, 1)
+# A sweep that never ends (a task polling forever) must still stop somewhere.
+MAX_N = 3000
+# After this many hangs in one phase the rest of it is skipped: each costs
+# WATCHDOG seconds, and the cause is the same bug.
+MAX_HANGS = scaled(2, 5)
+
+Arm = Literal["open", "call", "close"]
+Action = Literal["scope", "cancel_id"]
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Where the counter is armed, what it does at step N, and the runner's shape."""
+
+    arm: Arm
+    spares: int
+    cache: bool
+    action: Action = "scope"
+    warm: bool = False  # a first call, before arming, leaves a warm worker for the swept one
+    module: bool = True  # False: open_runner([]) with no call (the bare spare start and close)
+
+    @property
+    def name(self) -> str:
+        # Without the cache, discovery's worker stays idle and the call takes
+        # it: such a call is warm whatever the phase asked for.
+        warm = self.warm or not self.cache
+        what = {"open": "discovery", "call": "call-warm" if warm else "call-cold", "close": "close"}[self.arm]
+        if not self.module:
+            what = "spare-only"
+        return "/".join(
+            [what, f"spares={self.spares}", "cache" if self.cache else "nocache"]
+            + (["runner.cancel"] if self.action == "cancel_id" else [])
+        )
+
+
+class StepCanceller(trio.abc.Instrument):
+    """Counts task steps once armed; at step ``n`` cancels the target (once).
+
+    It acts from ``before_task_step``, so the cancellation is in place before
+    the chosen task resumes: that task sees it at its next checkpoint, and
+    every task blocked in the scope is woken with it. ``CancelScope.cancel``
+    and ``Runner.cancel`` are synchronous and safe outside any task.
+    """
+
+    def __init__(self, n: int, action: Action) -> None:
+        self.n = n
+        self.action = action
+        self.armed = False
+        self.steps = 0
+        self.fired = False
+        self.fired_at: str = ""  # the task about to step when it fired
+        self.scope: trio.CancelScope | None = None
+        self.runner: Runner | None = None
+
+    def arm(self) -> None:
+        self.armed = True
+        self.steps = 0
+
+    def disarm(self) -> None:
+        self.armed = False
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if not self.armed:
+            return
+        self.steps += 1
+        if self.steps != self.n:
+            return
+        if self.action == "scope":
+            assert self.scope is not None
+            self.scope.cancel()
+            self.fired = True
+        else:
+            # False once the call is over: then nothing was cancelled and the
+            # run counts as one the instrument never touched.
+            self.fired = self.runner is not None and self.runner.cancel(CALL_ID, "sweep")
+        if self.fired:
+            self.fired_at = task.name
+
+
+@dataclass
+class Record:
+    """What one lifecycle run did, as seen from inside it."""
+
+    opened: bool = False
+    errors: list[str] = field(default_factory=list)
+    warmup: ToolResult | None = None
+    call_started: bool = False
+    outcomes: list[ToolResult | str] = field(default_factory=list)  # a result, or "Cancelled"
+    cancelled_caught: bool = False
+
+
+async def lifecycle(phase: Phase, inst: StepCanceller, cache_dir: Path, record: Record) -> None:
+    with trio.CancelScope() as scope:
+        inst.scope = scope
+        if phase.arm == "open":
+            inst.arm()
+        async with open_runner(
+            [MODULE] if phase.module else [],
+            discover_sources=False,
+            spare_workers=phase.spares,
+            cache=phase.cache,
+            cache_dir=cache_dir,
+            grace=GRACE,
+        ) as runner:
+            # No checkpoint since the block was entered: these are what
+            # open_runner handed over, before any later cancellation.
+            record.opened = True
+            record.errors = [e.message for e in runner.errors]
+            inst.runner = runner
+            if phase.warm:
+                record.warmup = await runner.call_tool("ping")
+            if phase.module:
+                if phase.arm == "call":
+                    inst.arm()
+                record.call_started = True
+                try:
+                    result = await runner.call_tool("ping", tool_call_id=CALL_ID)
+                except trio.Cancelled:
+                    record.outcomes.append("Cancelled")
+                    raise
+                record.outcomes.append(result)
+                if phase.action == "cancel_id":
+                    inst.disarm()  # the call is over: its phase ends here
+            if phase.arm == "close":
+                inst.arm()
+    inst.disarm()
+    record.cancelled_caught = scope.cancelled_caught
+
+
+def check_run(phase: Phase, inst: StepCanceller, record: Record, guarded: Guarded) -> list[str]:
+    """What is wrong with one run, apart from leaks (empty if nothing)."""
+    if guarded.hung:
+        how = "and was still stuck after its processes were killed" if guarded.stuck else ""
+        return [f"hang: no return within {WATCHDOG:g} s {how}; killed {guarded.killed}; where:\n{guarded.dump}"]
+    if guarded.error is not None:
+        return [f"raised {_describe(guarded.error)}"]
+    problems: list[str] = []
+    if record.call_started and len(record.outcomes) != 1:
+        problems.append(f"call_tool ended {len(record.outcomes)} times: {record.outcomes}")
+    results = [o for o in record.outcomes if isinstance(o, ToolResult)]
+    if record.errors:
+        problems.append(f"load errors: {record.errors}")
+    if record.warmup is not None and record.warmup.is_error:
+        problems.append(f"warm-up call failed: {record.warmup.kind}: {record.warmup.text}")
+    if not inst.fired:
+        # Untouched: the whole lifecycle must have worked.
+        if phase.module and not (results and results[0].text == "pong"):
+            problems.append(f"untouched run, but the call gave {_outcome(record)}")
+        if record.cancelled_caught:
+            problems.append("untouched run, but the scope caught a cancellation")
+    elif phase.action == "scope":
+        # The caller's scope was cancelled: call_tool raises Cancelled, or
+        # returns what it already had. An error result means a cancellation
+        # was turned into a failure (and may have been cached as one).
+        # (The scope itself need not catch anything: a cancellation that lands
+        # after the last unshielded checkpoint, in the close, raises nowhere.)
+        for result in results:
+            if result.is_error:
+                problems.append(f"caller cancelled, but call_tool returned an error result: {_outcome(record)}")
+    else:
+        # runner.cancel(call_id): always a result, never Cancelled out of call_tool.
+        if not results:
+            problems.append(f"runner.cancel() made call_tool end without a result: {_outcome(record)}")
+        for result in results:
+            if result.kind not in (None, "cancelled"):
+                problems.append(f"runner.cancel() gave a {result.kind!r} result, not 'cancelled': {result.text}")
+        if record.cancelled_caught:
+            problems.append("runner.cancel() cancelled the caller's scope")
+    return problems
+
+
+def _outcome(record: Record) -> str:
+    parts = [o if isinstance(o, str) else f"{o.kind or 'ok'}: {o.text[:200]!r}" for o in record.outcomes]
+    return ", ".join(parts) or "nothing"
+
+
+def _describe(exc: BaseException) -> str:
+    """An exception (groups flattened) with the innermost runner frame of each leaf."""
+    leaves: list[BaseException] = []
+
+    def flatten(e: BaseException) -> None:
+        if isinstance(e, BaseExceptionGroup):
+            for inner in e.exceptions:
+                flatten(inner)
+        else:
+            leaves.append(e)
+
+    flatten(exc)
+    described = []
+    for leaf in leaves:
+        where = ""
+        tb = leaf.__traceback__
+        while tb is not None:
+            if "/runner/" in tb.tb_frame.f_code.co_filename:
+                where = f" at runner/{tb.tb_frame.f_code.co_filename.rsplit('/runner/', 1)[1]}:{tb.tb_lineno}"
+            tb = tb.tb_next
+        described.append(f"{type(leaf).__name__}: {leaf}{where}")
+    group = f"{type(exc).__name__} of " if isinstance(exc, BaseExceptionGroup) else ""
+    return group + "; ".join(described)
+
+
+@dataclass
+class SweepReport:
+    phase: str
+    iterations: int = 0
+    end: int | None = None  # the first N at which the instrument never fired
+    steps: int = 0  # steps counted in that untouched run: the phase's length
+    seconds: float = 0.0
+    hangs: int = 0
+    failures: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        end = f"ended at N={self.end} ({self.steps} steps in an untouched run)" if self.end else "did not end"
+        return (
+            f"{self.phase}: {self.iterations} runs in {self.seconds:.1f} s, {end}, "
+            f"{self.hangs} hangs, {len(self.failures)} failing N"
+        )
+
+
+def _warm_cache(phase: Phase, cache_dir: Path) -> None:
+    """One untouched run first: fills the module cache for ``cache`` phases and
+    lets this process open whatever it keeps for good (trio's thread cache)."""
+    inst = StepCanceller(0, phase.action)
+    guarded = run_guarded(lifecycle, phase, inst, cache_dir, Record(), timeout=WATCHDOG * 3)
+    assert not guarded.hung and guarded.error is None, f"warm-up run failed: {guarded}"
+
+
+def sweep(phase: Phase, cache_dir: Path) -> SweepReport:
+    report = SweepReport(phase.name)
+    _warm_cache(phase, cache_dir)
+    start = time.monotonic()
+    n = 1
+    while True:
+        inst = StepCanceller(n, phase.action)
+        record = Record()
+        before = snapshot()
+        guarded = run_guarded(lifecycle, phase, inst, cache_dir, record, timeout=WATCHDOG, instruments=[inst])
+        report.iterations += 1
+        problems = check_run(phase, inst, record, guarded) + leaks_since(before)
+        if problems:
+            where = f" (fired before a step of task {inst.fired_at!r})" if inst.fired_at else ""
+            report.failures.append(f"N={n} [{phase.name}]{where}: " + "; ".join(problems))
+        report.hangs += guarded.hung
+        if guarded.stuck or report.hangs >= MAX_HANGS:
+            report.failures.append(f"[{phase.name}] sweep stopped at N={n} after {report.hangs} hangs")
+            break
+        if not inst.fired and not guarded.hung and guarded.error is None:
+            report.end, report.steps = n, inst.steps
+            break
+        n += 1 if n < MANDATORY else STRIDE
+        if n > MAX_N:
+            report.failures.append(f"[{phase.name}] still firing at N={MAX_N}: the lifecycle never ends")
+            break
+    report.seconds = time.monotonic() - start
+    SUMMARY.append(report.summary())
+    return report
+
+
+def assert_swept(report: SweepReport) -> None:
+    message = report.summary() + "\n" + "\n".join(report.failures)
+    assert not report.failures, message
+    assert report.end is not None, message
+    # Every N below the end was run (no stride below MANDATORY): a phase
+    # shorter than that was covered step by step, a longer one up to it.
+    assert report.end > min(MANDATORY, report.steps), message
+
+
+def _phases() -> list[Phase]:
+    """The short profile's phases, or under stress every combination."""
+    if STRESS:
+        phases = []
+        for spares in (0, 1):
+            for cache in (False, True):
+                phases += [
+                    Phase("open", spares, cache),
+                    Phase("call", spares, cache),
+                    Phase("call", spares, cache, warm=True),
+                    Phase("close", spares, cache, warm=True),
+                    Phase("call", spares, cache, action="cancel_id"),
+                    Phase("call", spares, cache, action="cancel_id", warm=True),
+                ]
+            phases.append(Phase("open", spares=spares, cache=True, module=False))
+        # Without the cache a "cold" call is a warm one: keep one of each name.
+        return list({phase.name: phase for phase in reversed(phases)}.values())[::-1]
+    return [
+        # Discovery loading the module in a worker (cache off), then the call
+        # takes that warm worker; and with the cache warm and a spare starting
+        # alongside (the spare phase), the call takes the spare.
+        Phase("open", spares=0, cache=False),
+        Phase("open", spares=1, cache=True),
+        # A bare runner whose spare is still starting when the block is left.
+        Phase("open", spares=1, cache=True, module=False),
+        # Worker spawn, the call in flight, and result delivery: cold and warm.
+        Phase("call", spares=0, cache=True),
+        Phase("call", spares=0, cache=True, warm=True),
+        # Close with a warm worker and a spare to stop.
+        Phase("close", spares=1, cache=True, warm=True),
+        # runner.cancel(call_id) at every step of a cold call.
+        Phase("call", spares=0, cache=True, action="cancel_id"),
+    ]
+
+
+pytestmark = [pytest.mark.stress, pytest.mark.timeout(scaled(150, 7200))]
+
+
+@pytest.mark.parametrize("phase", _phases(), ids=lambda phase: phase.name)
+def test_cancellation_at_every_step(phase: Phase, tmp_path: Path) -> None:
+    assert_swept(sweep(phase, tmp_path / "cache"))
+
+
+# --- deadlines rather than steps ----------------------------------------------------
+
+
+async def _short_timeouts(timeout: float, spares: int, repeats: int, cache_dir: Path) -> list[str]:
+    problems: list[str] = []
+    async with open_runner(
+        [MODULE], discover_sources=False, spare_workers=spares, cache=True, cache_dir=cache_dir, grace=GRACE
+    ) as runner:
+        for i in range(repeats):
+            # A timed-out worker is never reused: each call here starts cold,
+            # so the deadline lands somewhere in the worker's start.
+            result = await runner.call_tool("ping", timeout=timeout)
+            if result.kind not in (None, "timeout"):
+                problems.append(f"call {i}: a {result.kind!r} result: {result.text}")
+        after = await runner.call_tool("ping")
+        if after.is_error:
+            problems.append(f"the call after the short timeouts failed: {after.kind}: {after.text}")
+    return problems
+
+
+@pytest.mark.parametrize("spares", [0, 1])
+@pytest.mark.parametrize("timeout", [0.001, 0.003, 0.010])
+def test_very_short_call_timeouts(timeout: float, spares: int, tmp_path: Path) -> None:
+    failures: list[str] = []
+    rounds = scaled(3, 20)
+    hangs = 0
+    start = time.monotonic()
+    _warm_cache(Phase("call", spares, cache=True), tmp_path / "cache")
+    for round_ in range(rounds):
+        before = snapshot()
+        guarded = run_guarded(_short_timeouts, timeout, spares, scaled(4, 10), tmp_path / "cache", timeout=WATCHDOG)
+        problems = list(guarded.value or []) if not (guarded.hung or guarded.error) else []
+        if guarded.hung:
+            hangs += 1
+            problems.append(f"hang; killed {guarded.killed}; where:\n{guarded.dump}")
+        elif guarded.error is not None:
+            problems.append(f"raised {_describe(guarded.error)}")
+        problems += leaks_since(before)
+        if problems:
+            failures.append(f"round {round_} [timeout={timeout:g}, spares={spares}]: " + "; ".join(problems))
+        if guarded.stuck or hangs >= MAX_HANGS:
+            break
+    SUMMARY.append(
+        f"short timeouts {timeout:g} s, spares={spares}: {rounds} rounds in {time.monotonic() - start:.1f} s, "
+        f"{len(failures)} failing"
+    )
+    assert not failures, "\n".join(failures)
+
+
+async def _open_with_deadline(seconds: float) -> bool:
+    with trio.move_on_after(seconds) as scope:
+        async with open_runner([], discover_sources=False, spare_workers=1, cache=False, grace=GRACE):
+            await trio.lowlevel.checkpoint()
+    return scope.cancelled_caught
+
+
+def test_deadline_around_open_runner_with_a_spare() -> None:
+    """A deadline anywhere in a bare runner's life: during the probe, the spare's start, the close."""
+    failures: list[str] = []
+    rng = random.Random(1234)
+    count = scaled(40, 400)
+    # Log-uniform from 0.1 ms to 100 ms: most of a spare's start is in there.
+    deadlines = [math.exp(rng.uniform(math.log(1e-4), math.log(0.1))) for _ in range(count)]
+    hangs = 0
+    start = time.monotonic()
+    for seconds in [0.0003, *deadlines]:
+        before = snapshot()
+        guarded = run_guarded(_open_with_deadline, seconds, timeout=WATCHDOG)
+        problems = leaks_since(before)
+        if guarded.hung:
+            hangs += 1
+            problems.insert(0, f"hang; killed {guarded.killed}; where:\n{guarded.dump}")
+        elif guarded.error is not None:
+            problems.insert(0, f"raised {_describe(guarded.error)}")
+        if problems:
+            failures.append(f"deadline {seconds * 1000:.2f} ms: " + "; ".join(problems))
+        if guarded.stuck or hangs >= MAX_HANGS:
+            failures.append(f"stopped after {hangs} hangs")
+            break
+    SUMMARY.append(f"deadline around open_runner: {count + 1} runs in {time.monotonic() - start:.1f} s")
+    assert not failures, "\n".join(failures)
+
+
+# --- the idle reaper --------------------------------------------------------------------
+
+
+async def _reaper_race(rounds: int) -> list[str]:
+    """Warm workers go idle and expire; calls arrive while the reaper retires them.
+
+    The reaper walks a snapshot of the idle list and awaits each retirement:
+    a call that takes a worker meanwhile must never have it killed under it.
+    """
+    problems: list[str] = []
+    idle_timeout = 0.04
+    rng = random.Random(99)
+    async with open_runner(
+        [MODULE], discover_sources=False, spare_workers=0, cache=False, grace=GRACE, idle_timeout=idle_timeout
+    ) as runner:
+        for round_ in range(rounds):
+            # Several warm workers of one module, all idle from the same moment.
+            async with trio.open_nursery() as nursery:
+                for _ in range(4):
+                    nursery.start_soon(runner.call_tool, "nap", {"seconds": 0.02})
+            await trio.sleep(idle_timeout * rng.uniform(0.8, 1.6))
+            results: list[ToolResult] = []
+
+            async def call(results: list[ToolResult] = results) -> None:
+                results.append(await runner.call_tool("nap", {"seconds": 0.03}))
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(3):
+                    nursery.start_soon(call)
+                    await trio.sleep(rng.uniform(0, 0.01))
+            for result in results:
+                if result.is_error:
+                    problems.append(f"round {round_}: {result.kind}: {result.text}")
+    return problems
+
+
+def test_idle_reaper_never_kills_a_worker_a_call_took() -> None:
+    rounds = scaled(15, 150)
+    before = snapshot()
+    guarded = run_guarded(_reaper_race, rounds, timeout=WATCHDOG + rounds)
+    assert not guarded.hung, f"hang; where:\n{guarded.dump}"
+    assert guarded.error is None, _describe(guarded.error)
+    problems = list(guarded.value) + leaks_since(before)
+    SUMMARY.append(f"idle reaper race: {rounds} rounds in {guarded.seconds:.1f} s, {len(problems)} failing")
+    assert not problems, "\n".join(problems)
