@@ -645,7 +645,11 @@ class Runner:
         """Run a housekeeping task that :meth:`aclose` cancels and waits for before it tears down."""
         if self._closed or self._housekeeping_done.is_set():
             return  # closing, or the runner's nursery is being cancelled: nothing more to keep
-        (self._housekeeping or self._nursery).start_soon(fn, *args)
+        # The housekeeping nursery closes to new tasks as soon as an outer
+        # cancellation reaches it, before its task ends: then there is
+        # nothing more to keep either.
+        with contextlib.suppress(RuntimeError):
+            (self._housekeeping or self._nursery).start_soon(fn, *args)
 
     async def _reap_idle(self) -> None:
         """Retire workers idle longer than ``idle_timeout`` (spares and pinned workers excepted)."""
