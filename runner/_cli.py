@@ -7,6 +7,7 @@ name. A tool that shares a command's name is reached through ``run``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import json
@@ -15,7 +16,7 @@ import shutil
 import signal
 import sys
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from enum import IntEnum
 from typing import Annotated, Any, NoReturn, TypeVar
 
@@ -170,6 +171,7 @@ class SandboxOptions:
 
 
 F = TypeVar("F", bound=Callable[..., None])
+T = TypeVar("T")
 
 
 def with_sandbox_options(command: F) -> F:
@@ -209,7 +211,7 @@ def _check_seconds(**durations: float | None) -> None:
             _fail(f"--{name.replace('_', '-')} must be a positive number of seconds, got {value:g}")
 
 
-def _fail(message: str, code: ExitCode = ExitCode.USAGE) -> NoReturn:
+def _fail(message: str, code: int = ExitCode.USAGE) -> NoReturn:
     typer.echo(f"xcsh-run: {message}", err=True)
     raise typer.Exit(int(code))
 
@@ -304,12 +306,96 @@ def _print_text(result: ToolResult) -> None:
             typer.echo("  worker stderr (last lines):\n    " + "\n    ".join(tail), err=True)
 
 
-async def _watch_signals(runner: Runner, call_id: str) -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for signum in signals:
-            # The call goes through the cancellation ladder; this process
-            # exits only once the worker's whole tree is gone.
-            runner.cancel(call_id, f"interrupted by {signal.Signals(signum).name}")
+class _Signals:
+    """What SIGINT and SIGTERM do to a command, from its first step until its last worker is gone.
+
+    Outside a call, a signal cancels the whole command: leaving ``open_runner``
+    stops every worker and removes the cgroups and workdirs, wherever it was
+    (the probe, discovery, a module that hangs at import). During the call
+    named by :meth:`cancelling_call`, it cancels that call instead, through the
+    ladder, so that the call's own ``cancelled`` result is still printed.
+    """
+
+    def __init__(self, scope: trio.CancelScope) -> None:
+        self.received: signal.Signals | None = None
+        self._scope = scope
+        self._call: tuple[Runner, str] | None = None
+
+    @contextlib.contextmanager
+    def cancelling_call(self, runner: Runner, call_id: str) -> Iterator[None]:
+        """Within the block, a signal cancels the call ``call_id`` instead of the whole command."""
+        self._call = (runner, call_id)
+        try:
+            yield
+        finally:
+            self._call = None
+
+    async def _watch(self, receiver: AsyncIterator[int]) -> None:
+        async for signum in receiver:
+            sig = signal.Signals(signum)
+            if self.received is None:
+                self.received = sig
+            call = self._call
+            # cancel() is False when the call is not registered yet or is
+            # already over: then there is no ladder to go through, and the
+            # whole command stops instead.
+            if call is not None and call[0].cancel(call[1], f"interrupted by {sig.name}"):
+                continue
+            self._scope.cancel()
+
+
+@contextlib.asynccontextmanager
+async def _handling_signals() -> AsyncIterator[_Signals]:
+    # The receiver is installed here, synchronously, before the body takes its
+    # first step: no window where SIGTERM would kill the host with its default
+    # action and leave workers, cgroups and workdirs behind.
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as receiver:
+        error: Exception | None = None
+        async with trio.open_nursery() as nursery:
+            signals = _Signals(nursery.cancel_scope)
+            nursery.start_soon(signals._watch, receiver)
+            try:
+                yield signals
+            except Exception as exc:
+                # Re-raised below, out of the nursery: inside it, it would come
+                # out wrapped in an ExceptionGroup (a traceback instead of a message).
+                error = exc
+            nursery.cancel_scope.cancel()
+        if error is not None:
+            raise error
+
+
+def _exit_cancelled(sig: signal.Signals) -> int:
+    return int(ExitCode.CANCELLED)
+
+
+def _run(body: Callable[[_Signals], Awaitable[T]], exit_code: Callable[[signal.Signals], int] = _exit_cancelled) -> T:
+    """``trio.run(body)`` with SIGINT and SIGTERM handled from its first step; the usual errors become exits.
+
+    A signal that stopped ``body`` exits with ``exit_code(signal)`` (130 by
+    default) and one line on stderr, once every worker is gone. A
+    ``RunnerError`` is a usage error (exit 2).
+    """
+    done: list[T] = []
+    handled: list[_Signals] = []
+
+    async def main() -> None:
+        async with _handling_signals() as signals:
+            handled.append(signals)
+            done.append(await body(signals))
+
+    try:
+        trio.run(main)
+    except RunnerError as exc:
+        _fail(str(exc))
+    except KeyboardInterrupt:
+        # Ctrl-C before the receiver was installed or after it was closed: no
+        # worker exists at either point, only trio's own SIGINT handling.
+        _fail("interrupted by SIGINT", ExitCode.CANCELLED)
+    if not done:
+        sig = (handled[0].received if handled else None) or signal.SIGINT
+        _fail(f"interrupted by {sig.name}", exit_code(sig))
+    return done[0]
 
 
 @app.command("run")
@@ -357,40 +443,44 @@ def run_command(
         elif status is not None:
             status.update(partial)
 
-    async def main() -> tuple[ToolResult, str | None]:
+    async def main(signals: _Signals) -> tuple[ToolResult, str | None]:
         call_id = "cli-call"
-        async with (
-            open_runner(tools or (), grace=grace, load_timeout=load_timeout, sandbox=sandbox) as runner,
-            trio.open_nursery() as nursery,
-        ):
-            _warn(runner.warnings)
-            if interactive:
-                runner.set_ui_context(TerminalUI(status.clear if status is not None else None))
-            nursery.start_soon(_watch_signals, runner, call_id)
-            result = await runner.call_tool(tool, arguments, on_update=on_update, timeout=timeout, tool_call_id=call_id)
-            # This process ends with the call, and so do the previews' workers:
-            # settle them now, newest first, as `resolve` would.
-            for preview in reversed(runner.pending_actions()):
-                action = resolve
-                if action == "ask":
-                    ok = interactive and await TerminalUI(None).confirm("resolve", f"apply: {preview['label']}?")
-                    action = "apply" if ok else "discard"
-                settled = await runner.call_tool("resolve", {"action": action, "reason": "xcsh-run --resolve"})
-                typer.echo(f"xcsh-run: resolve ({action}): {settled.text}", err=True)
-            rendered = None
-            info = runner.get_tool(tool)
-            if status is not None and not result.is_error and info is not None and info.has_render_result:
-                # The tool's own rendering, for people; --json and --stream stay raw.
-                rendered = await runner.render_result(tool, result, {"expanded": True}, args=arguments)
-            nursery.cancel_scope.cancel()
-            return result, rendered
+        try:
+            # wanted_tool: a module later in precedence than the one defining
+            # the tool cannot change which tool runs, so it is not waited for.
+            async with open_runner(
+                tools or (), grace=grace, load_timeout=load_timeout, sandbox=sandbox, wanted_tool=tool
+            ) as runner:
+                _warn(runner.warnings)
+                if interactive:
+                    runner.set_ui_context(TerminalUI(status.clear if status is not None else None))
+                with signals.cancelling_call(runner, call_id):
+                    # The call goes through the cancellation ladder; this process
+                    # exits only once the worker's whole tree is gone.
+                    result = await runner.call_tool(
+                        tool, arguments, on_update=on_update, timeout=timeout, tool_call_id=call_id
+                    )
+                # This process ends with the call, and so do the previews' workers:
+                # settle them now, newest first, as `resolve` would.
+                for preview in reversed(runner.pending_actions()):
+                    action = resolve
+                    if action == "ask":
+                        ok = interactive and await TerminalUI(None).confirm("resolve", f"apply: {preview['label']}?")
+                        action = "apply" if ok else "discard"
+                    settled = await runner.call_tool("resolve", {"action": action, "reason": "xcsh-run --resolve"})
+                    typer.echo(f"xcsh-run: resolve ({action}): {settled.text}", err=True)
+                rendered = None
+                info = runner.get_tool(tool)
+                if status is not None and not result.is_error and info is not None and info.has_render_result:
+                    # The tool's own rendering, for people; --json and --stream stay raw.
+                    rendered = await runner.render_result(tool, result, {"expanded": True}, args=arguments)
+                return result, rendered
+        finally:
+            # Before anything else is printed, e.g. why the command was interrupted.
+            if status is not None:
+                status.clear()
 
-    try:
-        result, rendered = trio.run(main)
-    except RunnerError as exc:
-        _fail(str(exc))
-    if status is not None:
-        status.clear()
+    result, rendered = _run(main)
     if stream:
         _emit_ndjson("result", result.to_json())
     elif as_json:
@@ -407,15 +497,13 @@ def _load(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
     import msgspec
 
-    async def main() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
-        async with open_runner(tools or (), load_timeout=load_timeout, sandbox=sandbox) as runner:
+    async def main(_: _Signals) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+        # No tool is called: a spare worker would be started only to be stopped.
+        async with open_runner(tools or (), load_timeout=load_timeout, sandbox=sandbox, spare_workers=0) as runner:
             unenforced = [f"sandbox {runner.sandbox.level!r} not fully enforced: {u}" for u in runner.unenforced]
             return msgspec.to_builtins(runner.tools), msgspec.to_builtins(runner.errors), runner.warnings + unenforced
 
-    try:
-        return trio.run(main)
-    except RunnerError as exc:
-        _fail(str(exc))
+    return _run(main)
 
 
 def _warn(warnings: list[str]) -> None:
@@ -523,11 +611,14 @@ def serve_command(
         max_message_bytes=max_message_bytes,
         sandbox=sandbox,
     )
-    try:
-        code = trio.run(serve)
-    except RunnerError as exc:
-        _fail(str(exc))
-    raise typer.Exit(code)
+
+    async def main(_: _Signals) -> int:
+        # The server handles SIGTERM and SIGINT itself once it runs (it winds
+        # its calls down); this covers the moments before and after.
+        return await serve()
+
+    # As the server itself does: 128 + the signal's number.
+    raise typer.Exit(_run(main, exit_code=lambda sig: 128 + int(sig)))
 
 
 @app.command("fuzz")
@@ -566,42 +657,21 @@ def fuzz_command(
     if examples < 1:
         _fail(f"--examples must be at least 1, got {examples}")
     _check_seconds(timeout=timeout, load_timeout=load_timeout)
-    interrupted: list[str] = []
 
-    async def main() -> FuzzReport | None:
-        report = None
-        async with trio.open_nursery() as nursery:
+    async def main(_: _Signals) -> FuzzReport:
+        # A signal cancels the run; the call in flight stops through the ladder.
+        return await fuzz_tool(
+            tool,
+            tool_paths=tools or (),
+            examples=examples,
+            seed=seed,
+            timeout=timeout,
+            fail_on_tool_error=fail_on_tool_error,
+            sandbox=sandbox,
+            load_timeout=load_timeout,
+        )
 
-            async def watch() -> None:
-                with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                    async for signum in signals:
-                        # Cancelling stops the call in flight through the ladder.
-                        interrupted.append(signal.Signals(signum).name)
-                        nursery.cancel_scope.cancel()
-
-            nursery.start_soon(watch)
-            try:
-                report = await fuzz_tool(
-                    tool,
-                    tool_paths=tools or (),
-                    examples=examples,
-                    seed=seed,
-                    timeout=timeout,
-                    fail_on_tool_error=fail_on_tool_error,
-                    sandbox=sandbox,
-                    load_timeout=load_timeout,
-                )
-            except RunnerError as exc:  # caught here: out of the nursery it would be an ExceptionGroup
-                problems.append(str(exc))
-            nursery.cancel_scope.cancel()
-        return report  # None if a signal cancelled the run
-
-    problems: list[str] = []
-    report = trio.run(main)
-    if problems:
-        _fail(problems[0])
-    if report is None:
-        _fail(f"interrupted by {interrupted[0] if interrupted else 'a signal'}", ExitCode.CANCELLED)
+    report = _run(main)
     typer.echo(report.summary())
     if junit is not None:
         try:
@@ -619,5 +689,11 @@ def _with_default_command(argv: list[str]) -> Iterator[str]:
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point."""
-    args = list(_with_default_command(sys.argv[1:] if argv is None else argv))
-    app(args=args, prog_name="xcsh-run")
+    try:
+        args = list(_with_default_command(sys.argv[1:] if argv is None else argv))
+        app(args=args, prog_name="xcsh-run")
+    except KeyboardInterrupt:
+        # A Ctrl-C before any command started (typer turns one inside a
+        # command into a silent exit 130): no worker exists yet.
+        typer.echo("xcsh-run: interrupted by SIGINT", err=True)
+        raise SystemExit(int(ExitCode.CANCELLED))

@@ -392,3 +392,39 @@ def test_log_file_gets_tool_records(tmp_path: Path) -> None:
     assert len(lines) == 2
     assert "WARNING xcsh_run.tool [tool=log call=cli-call pid=" in lines[0]
     assert lines[0].endswith("record 0 from cli-call")
+
+
+def test_list_and_describe_start_no_spare_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """They never call a tool: a spare worker would be started only to be stopped."""
+    from runner import _cli
+
+    asked: list[object] = []
+    real = _cli.open_runner
+
+    def recording(*args: object, **options: object) -> object:
+        asked.append(options.get("spare_workers", "default"))
+        return real(*args, **options)
+
+    monkeypatch.setattr(_cli, "open_runner", recording)
+    monkeypatch.setattr(_cli, "configure_log_file", lambda *_, **__: None)  # no handler on this process's logger
+    for argv in (["list", "--tools", str(TOOLS / "basic.py")], ["describe", "add", "--tools", str(TOOLS / "basic.py")]):
+        with pytest.raises(SystemExit) as exited:
+            _cli.main(argv)
+        assert exited.value.code == 0, argv
+    assert asked == [0, 0]
+
+
+def test_ctrl_c_before_any_command_runs_exits_130_without_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A KeyboardInterrupt while typer builds the command (before trio, before any worker) is a plain exit 130."""
+    from runner import _cli
+
+    def interrupted(*_: object, **__: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_cli, "app", interrupted)
+    with pytest.raises(SystemExit) as exited:
+        _cli.main(["add", "--args", "{}"])
+    assert exited.value.code == 130
+    assert capsys.readouterr().err == "xcsh-run: interrupted by SIGINT\n"

@@ -91,7 +91,7 @@ async def test_the_idle_reaper_never_kills_a_worker_a_call_has_taken(tmp_path: P
                 waiting = 0
                 all_waiting = trio.Event()
 
-                def arrived(_: object) -> None:
+                def arrived(_: object, all_waiting: trio.Event = all_waiting) -> None:
                     nonlocal waiting
                     waiting += 1
                     if waiting == 8:
@@ -100,7 +100,7 @@ async def test_the_idle_reaper_never_kills_a_worker_a_call_has_taken(tmp_path: P
                 async with trio.open_nursery() as nursery:
                     for i in range(8):
                         nursery.start_soon(
-                            lambda i=i: runner.call_tool(
+                            lambda i=i, gate=gate, round_=round_, arrived=arrived: runner.call_tool(
                                 "gate", {"path": str(gate)}, tool_call_id=f"g{round_}.{i}", on_update=arrived
                             )
                         )
