@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ import trio
 
 from runner import SandboxPolicy, open_runner
 
-from .conftest import BROKEN, TOOLS, make_runner
+from .conftest import BROKEN, TOOLS, XCSH_RUN, make_runner
 
 POOL = TOOLS / "pool.py"
 HOSTAPI = TOOLS / "hostapi.py"
@@ -195,3 +196,15 @@ async def test_wanted_tool_that_nobody_defines_waits_for_every_module() -> None:
             result = await runner.call_tool("nope")
     assert {"add", "pid"} <= names
     assert result.kind == "not_found"
+
+
+def test_the_cli_does_not_wait_for_a_looping_module_later_in_precedence(tmp_path: Path) -> None:
+    # --load-timeout far beyond the subprocess deadline: only not waiting for loops.py passes.
+    for _ in range(2):  # cold cache, then cached: neither may wait
+        proc = subprocess.run(
+            [XCSH_RUN, "add", "--args", '{"a": 2, "b": 3}', "--load-timeout", "300",
+             "--tools", str(TOOLS / "basic.py"), "--tools", str(BROKEN / "loops.py")],
+            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == "5"
