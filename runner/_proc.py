@@ -236,6 +236,7 @@ class WorkerProcess:
         # Set once attach is over (done, failed or never tried): until then
         # the boundary is the starter's, and the pid must not be reaped.
         self._attached = trio.Event()
+        self._supervision = trio.CancelScope(shield=True)
         self.teardown = _NO_STATS
         self._tasks: trio.Nursery | None = None
         self.on_request: RequestHandler | None = None
@@ -441,6 +442,15 @@ class WorkerProcess:
     # --- supervision ---------------------------------------------------------
 
     async def _supervise(self, streams: _Streams) -> None:
+        # Shielded: a cancellation of whatever encloses the runner must not
+        # SIGKILL workers behind the runner's back, before its close has sent
+        # them `$/cancel`, the `shutdown` event and the `shutdown` request. The
+        # supervisor ends when its worker exits, which a kill always brings
+        # about; `kill()` cancels this scope if even that overruns its bound.
+        with self._supervision:
+            await self._supervise_shielded(streams)
+
+    async def _supervise_shielded(self, streams: _Streams) -> None:
         protocol, out, err = streams
         try:
             async with trio.open_nursery() as nursery:
@@ -778,6 +788,9 @@ class WorkerProcess:
             self.teardown.overrun(
                 f"worker {self.pid} ({self.module}) was not reaped {KILL_WAIT_SECONDS:g} s after SIGKILL"
             )
+            # Its supervisor is shielded and would wait for that exit forever,
+            # holding the runner's nursery open: end it (bounded teardown).
+            self._supervision.cancel()
 
     async def wait_exited(self) -> None:
         await self._exited.wait()

@@ -19,6 +19,13 @@ Every N up to :data:`MANDATORY` is run in every profile; beyond it ``make
 test`` takes a stride and ``make stress`` (``XCSH_RUN_STRESS=1``) takes every
 step and every combination of phase, spares and cache. Failures are collected
 across N and reported together, with the phase, N and what was left.
+
+Every phase is at least :data:`MANDATORY` steps of real work, and the sweep
+asserts it (a change that shortens a phase fails): the swept call streams
+partial results and log records one by one (``stream`` in
+tests/tools/lifecycle.py), the close stops workers of two modules, one pinned
+by a pending action and owed the `shutdown` session event, and a spare, and
+the bare runner waits for its spare before it is left.
 """
 
 from __future__ import annotations
@@ -26,9 +33,10 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
 import trio
@@ -39,14 +47,22 @@ from ._scale import STRESS, scaled
 from .conftest import SUMMARY, TOOLS, Guarded, leaks_since, run_guarded, snapshot
 
 MODULE = str(TOOLS / "lifecycle.py")
+HOSTAPI = str(TOOLS / "hostapi.py")
 CALL_ID = "sweep-call"
 GRACE = 0.5
+# The streaming call's partial results (each followed by a log record), and
+# the tool's work between two messages: enough for the host to read each
+# message on its own, so that their delivery is many steps, not one.
+STREAM_PARTS = 20
+STREAM_INTERVAL = 0.0005
+# How often a runner's statistics are looked at while its spares start.
+SPARE_POLL = 0.02
 # A normal iteration takes well under a second (one worker start, one call,
 # the close); ten times that is a hang, not a slow machine.
 WATCHDOG = 10.0
 # Every N up to here is run in every profile; beyond it, short runs stride.
 MANDATORY = 60
-STRIDE = scaled(4, 1)
+STRIDE = scaled(8, 1)
 # A sweep that never ends (a task polling forever) must still stop somewhere.
 MAX_N = 3000
 # After this many hangs in one phase the rest of it is skipped: each costs
@@ -55,6 +71,29 @@ MAX_HANGS = scaled(2, 5)
 
 Arm = Literal["open", "call", "close"]
 Action = Literal["scope", "cancel_id"]
+
+
+@dataclass(frozen=True)
+class Call:
+    """The swept call: its tool, and the partial results it streams before its result."""
+
+    tool: str = "ping"
+    parts: int = 0
+
+    @property
+    def arguments(self) -> dict[str, object]:
+        return {"count": self.parts, "interval": STREAM_INTERVAL} if self.parts else {}
+
+    @property
+    def answer(self) -> str:
+        """The text of the result of a call nothing disturbed."""
+        return "streamed" if self.parts else "pong"
+
+
+PING = Call()
+# Partial results and log records, in order, one by one: delivery (and the
+# in-flight call) is many steps, each a place for a cancellation to land.
+STREAM = Call("stream", STREAM_PARTS)
 
 
 @dataclass(frozen=True)
@@ -67,6 +106,18 @@ class Phase:
     action: Action = "scope"
     warm: bool = False  # a first call, before arming, leaves a warm worker for the swept one
     module: bool = True  # False: open_runner([]) with no call (the bare spare start and close)
+    call: Call = PING  # the swept call
+    # Before arming, the runner is given more to close: a warm worker of a
+    # second module (hostapi.py), pinned by a pending action and told of a
+    # session event (so that the close delivers `shutdown` to it), and its
+    # spares ready. See :func:`occupy`.
+    busy: bool = False
+    # The block waits until the spares have started before it goes on (as an
+    # embedding app waits for its runner to be ready before taking work).
+    settle: bool = False
+    # The fewest steps the phase's untouched run may take: a change that
+    # makes the phase shorter (less of a runner's life under the sweep) fails.
+    min_steps: int = MANDATORY
 
     @property
     def name(self) -> str:
@@ -130,12 +181,67 @@ class StepCanceller(trio.abc.Instrument):
 class Record:
     """What one lifecycle run did, as seen from inside it."""
 
+    # Where the busy phase's hostapi workers write each session event they
+    # receive (hostapi.py's `marker`); None: no marker asked for.
+    marker: Path | None = None
     opened: bool = False
     errors: list[str] = field(default_factory=list)
-    warmup: ToolResult | None = None
+    setup: list[tuple[str, ToolResult]] = field(default_factory=list)  # calls before the swept one
+    setup_problems: list[str] = field(default_factory=list)
     call_started: bool = False
+    call_ended: bool = False
     outcomes: list[ToolResult | str] = field(default_factory=list)  # a result, or "Cancelled"
+    updates: list[object] = field(default_factory=list)  # the swept call's partial results' details
+    late_updates: list[object] = field(default_factory=list)  # any delivered after call_tool ended
     cancelled_caught: bool = False
+
+    def on_update(self, partial: Mapping[str, Any]) -> None:
+        (self.late_updates if self.call_ended else self.updates).append(partial["details"])
+
+
+# What the busy phase's runner holds when its close begins, apart from spares:
+# the warm lifecycle worker and the warm hostapi worker, pinned by a pending
+# action; the hostapi one has on_session tools, so the close owes it `shutdown`.
+BUSY_IDLE = 2
+BUSY_PINNED = 1
+BUSY_SESSION_WORKERS = 1
+# A cancellation that reaches the runner's nursery must not kill workers
+# behind the close's back: `shutdown` reaches them however the block is left.
+SHUTDOWN_EVEN_IF_CANCELLED = True
+
+
+async def occupy(runner: Runner, phase: Phase, record: Record) -> None:
+    """Give the runner more to close: a second module's worker, a pending action, a session event, the spares.
+
+    ``propose`` (deferrable) leaves a pending action that pins its worker, in
+    which ``session_tool`` then runs; a `start` event (with the marker) reaches
+    it, as the close's `shutdown` must. Last, the spares are waited for, so
+    that every run closes the same set of workers.
+    """
+    for tool, arguments in (("propose", {"label": "sweep"}), ("session_tool", {})):
+        record.setup.append((tool, await runner.call_tool(tool, arguments)))
+    event: dict[str, object] = {"reason": "start", "previousSessionFile": None}
+    if record.marker is not None:
+        event["marker"] = str(record.marker)
+    await runner.emit_session_event(event)
+    if not await spares_ready(runner, phase.spares):
+        record.setup_problems.append(f"the runner's {phase.spares} spares were not ready within {WATCHDOG / 2:g} s")
+    stats = runner.statistics()
+    shape = (stats.idle_workers, stats.pinned_workers, stats.spare_workers, stats.busy_workers)
+    if shape != (BUSY_IDLE, BUSY_PINNED, phase.spares, 0):
+        record.setup_problems.append(
+            f"before the close the runner held (idle, pinned, spare, busy) = {shape}, "
+            f"not {(BUSY_IDLE, BUSY_PINNED, phase.spares, 0)}"
+        )
+
+
+async def spares_ready(runner: Runner, spares: int) -> bool:
+    """Wait (bounded) until ``spares`` spare workers are started; False if they were not."""
+    with trio.move_on_after(WATCHDOG / 2):
+        while runner.statistics().spare_workers < spares:  # noqa: ASYNC110 - started in the background
+            await trio.sleep(SPARE_POLL)
+        return True
+    return False
 
 
 async def lifecycle(phase: Phase, inst: StepCanceller, cache_dir: Path, record: Record) -> None:
@@ -143,8 +249,9 @@ async def lifecycle(phase: Phase, inst: StepCanceller, cache_dir: Path, record: 
         inst.scope = scope
         if phase.arm == "open":
             inst.arm()
+        modules = [MODULE, HOSTAPI] if phase.busy else [MODULE] if phase.module else []
         async with open_runner(
-            [MODULE] if phase.module else [],
+            modules,
             discover_sources=False,
             spare_workers=phase.spares,
             cache=phase.cache,
@@ -157,16 +264,24 @@ async def lifecycle(phase: Phase, inst: StepCanceller, cache_dir: Path, record: 
             record.errors = [e.message for e in runner.errors]
             inst.runner = runner
             if phase.warm:
-                record.warmup = await runner.call_tool("ping")
+                record.setup.append(("ping", await runner.call_tool("ping")))
+            if phase.busy:
+                await occupy(runner, phase, record)
+            if phase.settle and not await spares_ready(runner, phase.spares):
+                record.setup_problems.append(f"{phase.spares} spares not ready within {WATCHDOG / 2:g} s")
             if phase.module:
                 if phase.arm == "call":
                     inst.arm()
                 record.call_started = True
                 try:
-                    result = await runner.call_tool("ping", tool_call_id=CALL_ID)
+                    result = await runner.call_tool(
+                        phase.call.tool, phase.call.arguments, tool_call_id=CALL_ID, on_update=record.on_update
+                    )
                 except trio.Cancelled:
                     record.outcomes.append("Cancelled")
                     raise
+                finally:
+                    record.call_ended = True
                 record.outcomes.append(result)
                 if phase.action == "cancel_id":
                     inst.disarm()  # the call is over: its phase ends here
@@ -183,17 +298,28 @@ def check_run(phase: Phase, inst: StepCanceller, record: Record, guarded: Guarde
         return [f"hang: no return within {WATCHDOG:g} s {how}; killed {guarded.killed}; where:\n{guarded.dump}"]
     if guarded.error is not None:
         return [f"raised {_describe(guarded.error)}"]
-    problems: list[str] = []
+    problems: list[str] = list(record.setup_problems)
     if record.call_started and len(record.outcomes) != 1:
         problems.append(f"call_tool ended {len(record.outcomes)} times: {record.outcomes}")
     results = [o for o in record.outcomes if isinstance(o, ToolResult)]
     if record.errors:
         problems.append(f"load errors: {record.errors}")
-    if record.warmup is not None and record.warmup.is_error:
-        problems.append(f"warm-up call failed: {record.warmup.kind}: {record.warmup.text}")
+    for tool, result in record.setup:
+        if result.is_error:
+            problems.append(f"set-up call {tool} failed: {result.kind}: {result.text}")
+    problems += _check_updates(phase.call, record, results)
+    if phase.busy and record.marker is not None:
+        # Each worker with on_session tools saw the `start` event once, then,
+        # as the runner closed, `shutdown` once (see SHUTDOWN_EVEN_IF_CANCELLED).
+        seen = record.marker.read_text().splitlines() if record.marker.exists() else []
+        full = ["start"] * BUSY_SESSION_WORKERS + ["shutdown"] * BUSY_SESSION_WORKERS
+        strict = SHUTDOWN_EVEN_IF_CANCELLED or not inst.fired
+        allowed = [full] if strict else [full[:k] for k in range(BUSY_SESSION_WORKERS, len(full) + 1)]
+        if seen not in allowed:
+            problems.append(f"{BUSY_SESSION_WORKERS} hostapi workers, but the session events they saw were {seen}")
     if not inst.fired:
         # Untouched: the whole lifecycle must have worked.
-        if phase.module and not (results and results[0].text == "pong"):
+        if phase.module and not (results and results[0].text == phase.call.answer):
             problems.append(f"untouched run, but the call gave {_outcome(record)}")
         if record.cancelled_caught:
             problems.append("untouched run, but the scope caught a cancellation")
@@ -215,6 +341,20 @@ def check_run(phase: Phase, inst: StepCanceller, record: Record, guarded: Guarde
                 problems.append(f"runner.cancel() gave a {result.kind!r} result, not 'cancelled': {result.text}")
         if record.cancelled_caught:
             problems.append("runner.cancel() cancelled the caller's scope")
+    return problems
+
+
+def _check_updates(call: Call, record: Record, results: list[ToolResult]) -> list[str]:
+    """on_update: each partial result once, in order, all before call_tool returns, all of them with a result."""
+    problems: list[str] = []
+    if record.late_updates:
+        problems.append(f"on_update called after call_tool ended, with {record.late_updates}")
+    if record.updates != list(range(len(record.updates))):
+        problems.append(f"partial results out of order, repeated or foreign: {record.updates}")
+    for result in results:
+        # A result (not a cancellation) comes after every partial result.
+        if result.kind is None and len(record.updates) != call.parts:
+            problems.append(f"the result came with {len(record.updates)} of {call.parts} partial results")
     return problems
 
 
@@ -281,7 +421,7 @@ def sweep(phase: Phase, cache_dir: Path) -> SweepReport:
     n = 1
     while True:
         inst = StepCanceller(n, phase.action)
-        record = Record()
+        record = Record(marker=cache_dir.parent / f"events-{n}" if phase.busy else None)
         before = snapshot()
         guarded = run_guarded(lifecycle, phase, inst, cache_dir, record, timeout=WATCHDOG, instruments=[inst])
         report.iterations += 1
@@ -305,13 +445,19 @@ def sweep(phase: Phase, cache_dir: Path) -> SweepReport:
     return report
 
 
-def assert_swept(report: SweepReport) -> None:
+def assert_swept(phase: Phase, report: SweepReport) -> None:
     message = report.summary() + "\n" + "\n".join(report.failures)
     assert not report.failures, message
     assert report.end is not None, message
     # Every N below the end was run (no stride below MANDATORY): a phase
     # shorter than that was covered step by step, a longer one up to it.
     assert report.end > min(MANDATORY, report.steps), message
+    # And the phase is as long as it must be: at least MANDATORY steps of
+    # real work, every one of them swept in every profile.
+    assert report.steps >= phase.min_steps, (
+        f"{message}\n{phase.name}: its untouched run took {report.steps} steps, fewer than {phase.min_steps}: "
+        "the phase no longer covers what it should"
+    )
 
 
 def _phases() -> list[Phase]:
@@ -322,13 +468,16 @@ def _phases() -> list[Phase]:
             for cache in (False, True):
                 phases += [
                     Phase("open", spares, cache),
-                    Phase("call", spares, cache),
-                    Phase("call", spares, cache, warm=True),
-                    Phase("close", spares, cache, warm=True),
-                    Phase("call", spares, cache, action="cancel_id"),
-                    Phase("call", spares, cache, action="cancel_id", warm=True),
+                    Phase("call", spares, cache, call=STREAM),
+                    Phase("call", spares, cache, warm=True, call=STREAM),
+                    Phase("close", spares, cache, warm=True, busy=True),
+                    Phase("call", spares, cache, action="cancel_id", call=STREAM),
+                    Phase("call", spares, cache, action="cancel_id", warm=True, call=STREAM),
                 ]
-            phases.append(Phase("open", spares=spares, cache=True, module=False))
+            # With no spare, a bare runner has nothing to start or stop: its
+            # whole life is about 20 steps, and that is its floor.
+            floor = MANDATORY if spares else 15
+            phases.append(Phase("open", spares=spares, cache=True, module=False, settle=True, min_steps=floor))
         # Without the cache a "cold" call is a warm one: keep one of each name.
         return list({phase.name: phase for phase in reversed(phases)}.values())[::-1]
     return [
@@ -337,15 +486,19 @@ def _phases() -> list[Phase]:
         # alongside (the spare phase), the call takes the spare.
         Phase("open", spares=0, cache=False),
         Phase("open", spares=1, cache=True),
-        # A bare runner whose spare is still starting when the block is left.
-        Phase("open", spares=1, cache=True, module=False),
-        # Worker spawn, the call in flight, and result delivery: cold and warm.
-        Phase("call", spares=0, cache=True),
-        Phase("call", spares=0, cache=True, warm=True),
-        # Close with a warm worker and a spare to stop.
-        Phase("close", spares=1, cache=True, warm=True),
-        # runner.cancel(call_id) at every step of a cold call.
-        Phase("call", spares=0, cache=True, action="cancel_id"),
+        # A bare runner that waits for its spare: a cancellation at any step
+        # of the spare's start leaves the block while the spare is still
+        # starting; the untouched run closes a started spare.
+        Phase("open", spares=1, cache=True, module=False, settle=True),
+        # Worker spawn, the call in flight streaming its partial results and
+        # log records, and result delivery: cold and warm.
+        Phase("call", spares=0, cache=True, call=STREAM),
+        Phase("call", spares=0, cache=True, warm=True, call=STREAM),
+        # Close with warm workers of two modules (the hostapi one pinned by a
+        # pending action and owed the `shutdown` session event), and a spare.
+        Phase("close", spares=1, cache=True, warm=True, busy=True),
+        # runner.cancel(call_id) at every step of a cold, streaming call.
+        Phase("call", spares=0, cache=True, action="cancel_id", call=STREAM),
     ]
 
 
@@ -354,7 +507,7 @@ pytestmark = [pytest.mark.stress, pytest.mark.timeout(scaled(150, 7200))]
 
 @pytest.mark.parametrize("phase", _phases(), ids=lambda phase: phase.name)
 def test_cancellation_at_every_step(phase: Phase, tmp_path: Path) -> None:
-    assert_swept(sweep(phase, tmp_path / "cache"))
+    assert_swept(phase, sweep(phase, tmp_path / "cache"))
 
 
 # --- deadlines rather than steps ----------------------------------------------------
