@@ -931,7 +931,23 @@ class Runner:
                 call.worker_unenforced = worker.unenforced
                 await self._sync_ui(worker)
                 params = p.CallParams(call_id=call.call_id, tool=info.name, arguments=raw_args, ctx=ctx)
-                pending = await worker.send_request(p.M_CALL, params, on_update=(call.call_id, deliver))
+                try:
+                    pending = await worker.send_request(p.M_CALL, params, on_update=(call.call_id, deliver))
+                except p.LocalProtocolError as exc:
+                    healthy = True  # nothing was sent: the worker is as good as before
+                    return error_result(
+                        ErrorKind.INVALID_ARGUMENTS,
+                        f"the call to {info.name!r} does not fit in one protocol message ({exc}); pass less data, "
+                        "or open the runner with a larger max_frame_bytes",
+                        path="$",
+                        module=info.module,
+                    )
+                except (WorkerDied, RemoteProtocolError) as exc:
+                    # It died (or broke the protocol) between being taken and
+                    # being sent the call: reported like a death during the call.
+                    pending = _Pending(0)
+                    pending.error = exc
+                    pending.event.set()
                 await pending.event.wait()
             if scope.cancelled_caught:
                 reason = call.reason or "timeout"
@@ -1098,8 +1114,10 @@ class Runner:
         elif message.method == p.N_PENDING:
             push = msgspec.json.decode(message.params, type=p.PendingPushParams)
             # The action's callables live in this worker: it stays until the
-            # action is resolved or the runner closes.
-            self._pin(worker)
+            # action is resolved or the runner closes. (A worker already being
+            # retired may still deliver one: it is not pinned back to life.)
+            if worker.alive and worker in self._workers and not self._closed:
+                self._pin(worker)
             self._pending_actions.append(
                 PendingActionRecord(push.action_id, worker, push.label, push.details, push.source_tool_name,
                                     push.call_id)
@@ -1107,7 +1125,8 @@ class Runner:
         elif message.method == p.M_UI:
             ui = msgspec.json.decode(message.params, type=p.UiParams)
             if ui.method in ("notify", "set_status", "set_editor_text"):
-                self._nursery.start_soon(self._fire_ui, ui.method, ui.args)
+                # Housekeeping: a UI whose notify never returns must not hold the runner open.
+                self._background(self._fire_ui, ui.method, ui.args)
 
     async def _fire_ui(self, method: str, args: list[Any]) -> None:
         try:
@@ -1173,7 +1192,12 @@ class Runner:
                 with trio.CancelScope(shield=True):
                     await self._retire(worker)
             return error_result(ErrorKind.TOOL_ERROR, f"pending action {record.label!r} was lost: {exc}")
-        outcome = msgspec.json.decode(raw, type=p.ResolveResult).result
+        try:
+            outcome = msgspec.json.decode(raw, type=p.ResolveResult).result
+        except msgspec.DecodeError as exc:
+            with trio.CancelScope(shield=True):
+                await self._retire(worker)  # it broke the protocol: not trusted with more work
+            return error_result(ErrorKind.PROTOCOL_ERROR, f"the worker sent a malformed resolve result: {exc}")
         if outcome is None:
             verb = "Applied" if action == "apply" else "Discarded"
             text = f"{verb}: {record.label}. Reason: {reason}"
@@ -1241,6 +1265,8 @@ class Runner:
         return await self._render(info, params, default, timeout)
 
     async def _render(self, info: ToolInfo, params: p.RenderParams, default: str, timeout: float) -> str:
+        if self._closed:
+            return default  # no new worker for a closed runner
         policy = self.policy_for(info.name)
         try:
             worker = await self._acquire(info, self.load_timeout, policy)
@@ -1322,6 +1348,12 @@ class Runner:
             self._parked.clear()
             if self._cgroup_root is not None:
                 await trio.to_thread.run_sync(self._cgroup_root.remove)
+            # Workdirs whose removal ran out of time while the runner lived get
+            # one more bounded try: no later host would sweep a live pid's.
+            left, self._teardown.leftover_workdirs = self._teardown.leftover_workdirs, []
+            for workdir in left:
+                if not await trio.to_thread.run_sync(remove_workdir, workdir):
+                    log.warning("could not remove the worker workdir %s; remove it by hand", workdir)
 
     async def _run_housekeeping(self) -> None:
         """The nursery of spare refills and the idle reaper; :meth:`aclose` cancels it and waits for its end."""
@@ -1483,6 +1515,10 @@ async def open_runner(
             raise ConfigError(f"{label} must be a positive number of seconds, got {value!r}")
     if not 1024 <= max_frame_bytes <= 2**32 - 1:
         raise ConfigError(f"max_frame_bytes must be between 1 KiB and 4 GiB, got {max_frame_bytes}")
+    if max_workers is not None and max_workers < 1:
+        raise ConfigError(f"max_workers must be at least 1, got {max_workers}")
+    if spare_workers < 0:
+        raise ConfigError(f"spare_workers must be 0 or more, got {spare_workers}")
     work_dir = os.fspath(cwd) if cwd is not None else os.getcwd()
     if not Path(work_dir).is_dir():  # noqa: ASYNC240 - once per runner
         raise ConfigError(f"cwd {work_dir!r} is not a directory")

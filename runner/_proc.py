@@ -35,6 +35,7 @@ import contextlib
 import enum
 import errno
 import fcntl
+import functools
 import itertools
 import logging
 import os
@@ -63,6 +64,10 @@ DRAIN_SECONDS: Final = 0.5
 # overrun instead of waited on forever: SIGKILL is not instant for a process
 # in uninterruptible sleep (a hung NFS read, a frozen cgroup).
 KILL_WAIT_SECONDS: Final = 5.0
+# A worker's private HOME/TMPDIR gets this long to be removed, however the
+# tool built it; what is left is retried when the runner closes.
+WORKDIR_REMOVAL_SECONDS: Final = 10.0
+TEARDOWN_SECONDS: Final = DRAIN_SECONDS + WORKDIR_REMOVAL_SECONDS + KILL_WAIT_SECONDS
 TAIL_BYTES: Final = 64 * 1024
 _F_SETPIPE_SZ: Final = 1031
 _PIPE_BYTES: Final = 1 << 20
@@ -83,6 +88,9 @@ class TeardownStats:
 
     def __init__(self) -> None:
         self.overruns = 0
+        # Workdirs whose removal ran out of time, retried when the runner
+        # closes (a live host's own workdirs are never swept by others).
+        self.leftover_workdirs: list[Path] = []
 
     def overrun(self, what: str) -> None:
         self.overruns += 1
@@ -356,7 +364,7 @@ class WorkerProcess:
                 cwd=cwd,
                 env=dict(env),
             )
-        except OSError as exc:
+        except Exception as exc:  # OSError mostly; Popen raises ValueError for an env value with a NUL
             for fd in fds:
                 os.close(fd)
             self._abandon_resources()
@@ -430,6 +438,8 @@ class WorkerProcess:
                 f"could not move the worker for {self.module} into its cgroup: {exc}; "
                 "the runner may be closing, or the cgroup hierarchy changed"
             ) from None
+        except RuntimeError as exc:  # no thread could be started to attach it
+            raise WorkerStartupError(f"could not attach the worker for {self.module}: {exc}") from None
         finally:
             # Set even when cancelled before the thread ran: the supervisor's
             # teardown waits for this before it touches the boundary.
@@ -459,16 +469,19 @@ class WorkerProcess:
                 nursery.start_soon(self._drain, out, self.stdout_tail)
                 nursery.start_soon(self._drain, err, self.stderr_tail)
                 await trio.lowlevel.wait_readable(self._pidfd)
+                # It has exited (a zombie until reaped): no new work for it.
+                self._exited.set()
                 with trio.CancelScope(shield=True):
-                    # The pid stays ours until it is reaped, and attach writes it:
-                    # reap only after attach is over, so attach can never move a
-                    # recycled pid into our cgroup.
+                    # The pid stays ours until it is reaped, and both attach and
+                    # the boundary kill use it (the fallback without cgroups
+                    # signals it by number): reap only after both, so neither
+                    # can ever reach a recycled pid. Killing everything the
+                    # worker left behind also frees the pipes for the readers.
                     await self._wait_attached()
-                    self._reap()
-                    # Kill everything the worker left behind so no one holds the
-                    # pipes, then give the readers a bounded moment to reach EOF:
-                    # a reply written just before exit is still delivered.
                     await self._kill_boundary()
+                    self._reap()
+                    # A bounded moment for the readers to reach EOF: a reply
+                    # written just before exit is still delivered.
                     with trio.move_on_after(DRAIN_SECONDS):
                         await self._readers_done.wait()
                 nursery.cancel_scope.cancel()
@@ -509,8 +522,12 @@ class WorkerProcess:
         self._statm_fd = self._stat_fd = -1
         if self.workdir is not None:
             workdir, self.workdir = self.workdir, None
-            if not await trio.to_thread.run_sync(remove_workdir, workdir):
-                self.teardown.overrun(f"could not remove all of the workdir {workdir} of worker {self.pid}")
+            removed = await trio.to_thread.run_sync(
+                functools.partial(remove_workdir, workdir, timeout=WORKDIR_REMOVAL_SECONDS)
+            )
+            if not removed:
+                self.teardown.overrun(f"could not remove all of the workdir {workdir} of worker {self.pid} yet")
+                self.teardown.leftover_workdirs.append(workdir)
         if self._pidfd >= 0 and self.returncode is not None:
             # Closed only once reaped: until then it is the one safe handle on the pid.
             os.close(self._pidfd)
@@ -661,6 +678,8 @@ class WorkerProcess:
         """CPU time the worker process has used (user + system), 0 if unknown."""
         if self.rusage is not None:
             return float(self.rusage.ru_utime + self.rusage.ru_stime)
+        if self._finished.is_set():
+            return 0.0  # gone without a rusage: do not reopen /proc for a pid that is no longer ours
         try:
             # Checked after every call: one fd kept open, re-read from offset 0.
             if self._stat_fd < 0:
@@ -672,6 +691,8 @@ class WorkerProcess:
 
     def rss_bytes(self) -> int:
         """The worker process's resident memory, 0 if unknown."""
+        if self._finished.is_set():
+            return 0
         try:
             if self._statm_fd < 0:
                 self._statm_fd = os.open(f"/proc/{self.pid}/statm", os.O_RDONLY | os.O_CLOEXEC)
@@ -700,14 +721,17 @@ class WorkerProcess:
             raise self.protocol_error
         if self._exited.is_set():
             raise WorkerDied(self.returncode or 0, self.stderr_tail.text())
-        req_id = self._last_id = next(self._next_id)
+        req_id = next(self._next_id)
+        body = params if isinstance(params, msgspec.Raw) else p.encode_value(params)
+        # Encoded before anything is registered: a message over the frame
+        # limit (LocalProtocolError) leaves no pending entry behind.
+        frame = p.encode_message(p.Request(id=req_id, method=method, params=body), max_frame_bytes=self.max_frame_bytes)
+        self._last_id = req_id
         pending = _Pending(req_id)
         self._pending[req_id] = pending
         if on_update is not None:
             pending.call_id = on_update[0]
             self._update_handlers[on_update[0]] = on_update[1]
-        body = params if isinstance(params, msgspec.Raw) else p.encode_value(params)
-        frame = p.encode_message(p.Request(id=req_id, method=method, params=body), max_frame_bytes=self.max_frame_bytes)
         try:
             await self._send_frame(frame)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -783,14 +807,21 @@ class WorkerProcess:
             return
         await self._kill_tree()
         with trio.move_on_after(KILL_WAIT_SECONDS) as scope:
-            await self._finished.wait()
-        if scope.cancelled_caught:
-            self.teardown.overrun(
-                f"worker {self.pid} ({self.module}) was not reaped {KILL_WAIT_SECONDS:g} s after SIGKILL"
-            )
-            # Its supervisor is shielded and would wait for that exit forever,
-            # holding the runner's nursery open: end it (bounded teardown).
-            self._supervision.cancel()
+            await self._exited.wait()
+        if not scope.cancelled_caught:
+            # It exited: what is left is the bounded teardown (the tree kill,
+            # the drain, and the workdir, whose removal has a bound of its own).
+            with trio.move_on_after(TEARDOWN_SECONDS) as scope:
+                await self._finished.wait()
+            if scope.cancelled_caught:
+                self.teardown.overrun(
+                    f"the teardown of worker {self.pid} ({self.module}) took over {TEARDOWN_SECONDS:g} s"
+                )
+            return
+        self.teardown.overrun(f"worker {self.pid} ({self.module}) did not exit {KILL_WAIT_SECONDS:g} s after SIGKILL")
+        # Its supervisor is shielded and would wait for that exit forever,
+        # holding the runner's nursery open: end it (bounded teardown).
+        self._supervision.cancel()
 
     async def wait_exited(self) -> None:
         await self._exited.wait()

@@ -208,3 +208,13 @@ def test_the_cli_does_not_wait_for_a_looping_module_later_in_precedence(tmp_path
         )  # fmt: skip
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.strip() == "5"
+
+
+async def test_a_call_too_large_for_one_frame_is_invalid_arguments_and_keeps_the_worker() -> None:
+    with trio.fail_after(30):
+        async with make_runner(POOL, max_frame_bytes=1024) as runner:
+            before = await runner.call_tool("pid")
+            big = await runner.call_tool("pid", {"pad": "x" * 4096})
+            after = await runner.call_tool("pid")
+    assert big.kind == "invalid_arguments" and "does not fit in one protocol message" in big.text, big.text
+    assert before.details == after.details  # the same warm worker: nothing was sent to it
