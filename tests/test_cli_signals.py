@@ -46,7 +46,9 @@ def _tools(tmp_path: Path) -> tuple[Path, Path]:
     tools.mkdir()
     fifo = tmp_path / "importing.fifo"
     os.mkfifo(fifo)
-    (tools / "blocks.py").write_text(BLOCKS_AT_IMPORT.format(fifo=str(fifo)))
+    # First in precedence (folders load in name order): it could define the
+    # tool `run` asks for, so `run` must wait for it and cannot skip it.
+    (tools / "a_blocks.py").write_text(BLOCKS_AT_IMPORT.format(fifo=str(fifo)))
     (tools / "basic.py").write_text((TOOLS / "basic.py").read_text())
     return tools, fifo
 
