@@ -43,8 +43,7 @@ from ._sync import BlockingRunner as BlockingRunner
 from ._sync import open_asyncio_runner as open_asyncio_runner
 from ._sync import open_blocking_runner as open_blocking_runner
 from ._sync import run_tool_sync as run_tool_sync
-
-__version__ = "0.1.0"
+from ._version import __version__ as __version__
 
 __all__ = [
     "AsyncioRunner",

@@ -1412,7 +1412,7 @@ def _near_cpu_limit(worker: WorkerProcess, policy: SandboxPolicy) -> bool:
 
 
 def _version() -> str:
-    from . import __version__
+    from ._version import __version__
 
     return __version__
 

@@ -621,7 +621,7 @@ class McpServer:
         raise _RpcError(METHOD_NOT_FOUND, f"method not found: {method}")
 
     def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
-        from . import __version__
+        from ._version import __version__
 
         asked = params.get("protocolVersion")
         if not isinstance(asked, str):
