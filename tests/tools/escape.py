@@ -23,6 +23,12 @@ def _tmp():
     return os.environ.get("TMPDIR") or __import__("tempfile").mkdtemp()
 
 
+def _fresh():
+    # A new directory each time: under none, TMPDIR is the host's own and a fixed
+    # name ("link", "hard") would still be there on the next run.
+    return __import__("tempfile").mkdtemp(dir=_tmp())
+
+
 def _mount_tmpfs():
     target = __import__("tempfile").mkdtemp(dir=_tmp())
     buf = ctypes.create_string_buffer
@@ -103,10 +109,10 @@ PROBES = {
     "write_outside": lambda a: _write(a["path"]),
     "read_file": lambda a: open(a["path"]).read()[:20],
     "listdir": lambda a: os.listdir(a["path"])[:3],
-    "symlink_write": lambda a: (t := _tmp(), os.symlink(a["target"], os.path.join(t, "link")),
+    "symlink_write": lambda a: (t := _fresh(), os.symlink(a["target"], os.path.join(t, "link")),
                                 _write(os.path.join(t, "link"))) and None,
-    "hardlink_in": lambda a: os.link(a["path"], os.path.join(_tmp(), "hard")),
-    "rename_out": lambda a: (t := _tmp(), _write(os.path.join(t, "mine")),
+    "hardlink_in": lambda a: os.link(a["path"], os.path.join(_fresh(), "hard")),
+    "rename_out": lambda a: (t := _fresh(), _write(os.path.join(t, "mine")),
                              os.rename(os.path.join(t, "mine"), a["path"])) and None,
     "truncate": lambda a: os.truncate(a["path"], 0),
     "mkdir": lambda a: os.mkdir(a["path"]),
