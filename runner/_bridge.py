@@ -24,7 +24,8 @@ from worker import _protocol as p
 from ._calls import CallTable, str_or_none
 from ._config import RunnerConfig
 from ._errors import ConfigError, RemoteProtocolError, WorkerDied, describe_exit
-from ._pool import Housekeeping, PoolWorker, Slot, WorkerPool
+from ._housekeeping import Housekeeping
+from ._pool import PoolWorker, Slot, WorkerPool
 from ._proc import RemoteError, RemoteRequestRefused
 from ._registry import LoadFailed, ToolInfo, ToolRegistry
 from ._results import ErrorKind, ToolResult, error_result

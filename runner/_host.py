@@ -44,7 +44,8 @@ from ._config import DEFAULT_LOAD_TIMEOUT as DEFAULT_LOAD_TIMEOUT
 from ._config import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT
 from ._errors import ConfigError
 from ._factory import ProcessFactory
-from ._pool import Housekeeping, PoolRules, WorkerFactory, WorkerPool
+from ._housekeeping import Housekeeping
+from ._pool import PoolRules, WorkerFactory, WorkerPool
 from ._proc import TeardownStats
 from ._registry import BUILTIN_MODULE, ToolRegistry
 from ._registry import LoadError as LoadError
@@ -328,8 +329,7 @@ class Runner:
     async def _start_housekeeping(self, nursery: trio.Nursery) -> None:
         nursery.start_soon(self._housekeeping.run)
         await self._housekeeping.ready.wait()
-        # The spare starts while discovery runs: they overlap.
-        self._housekeeping.start_soon(self._pool.refill_spares, self.config.sandbox)
+        self._pool.want_spares(self.config.sandbox)  # the spare starts while discovery runs: they overlap
         if self.config.idle_timeout is not None:
             self._housekeeping.start_soon(self._pool.reap_idle)
 
@@ -394,8 +394,7 @@ async def open_runner(
             keywords (which must then be left at their defaults).
 
     Raises:
-        ConfigError: an option out of range (a duration that is not a
-            positive number of seconds, ``max_workers`` below 1, ...).
+        ConfigError: an option out of range (see :class:`RunnerConfig`).
         SandboxUnavailable: a policy asks for what this machine cannot
             enforce (the message names the missing kernel feature).
 

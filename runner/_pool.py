@@ -40,6 +40,7 @@ import trio
 from worker import _protocol as p
 
 from ._errors import ConfigError, RemoteProtocolError, WorkerError
+from ._housekeeping import Housekeeping
 from ._proc import _Pending
 from ._sandbox import MiB, SandboxPolicy
 
@@ -67,7 +68,7 @@ class BoundaryView(Protocol):
     def pids_limit_hits(self) -> int: ...
 
 
-class TailView(Protocol):
+class Tail(Protocol):
     def text(self, max_chars: int = ...) -> str: ...
 
 
@@ -87,7 +88,7 @@ class PoolWorker(Protocol):
     @property
     def boundary(self) -> BoundaryView: ...
     @property
-    def stderr_tail(self) -> TailView: ...
+    def stderr_tail(self) -> Tail: ...
 
     def cpu_seconds(self) -> float: ...
     def rss_bytes(self) -> int: ...
@@ -192,49 +193,6 @@ class PoolRules:
     def keeps_spares(self, policy: SandboxPolicy) -> bool:
         # Not for strict: its Landlock rules name the module's folder, unknown until a call.
         return self.spare_count > 0 and policy.level != "strict"
-
-
-class Housekeeping:
-    """The nursery of background work: :meth:`stop` cancels it and waits for its end, bounded."""
-
-    def __init__(self, fallback: trio.Nursery) -> None:
-        self._fallback = fallback
-        self._nursery: trio.Nursery | None = None
-        self.ready = trio.Event()
-        self.done = trio.Event()
-        self.stopping = False
-
-    def start_soon(self, fn: Callable[..., Awaitable[object]], *args: Any) -> None:
-        if self.stopping or self.done.is_set():
-            return  # closing, or the runner's nursery is being cancelled: nothing more to keep
-        # The nursery closes to new tasks as soon as an outer cancellation
-        # reaches it, before its task ends: then there is nothing more to keep either.
-        with contextlib.suppress(RuntimeError):
-            (self._nursery or self._fallback).start_soon(fn, *args)
-
-    async def run(self) -> None:
-        try:
-            if self.stopping:  # stopped before this task got to run
-                return
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                self.ready.set()
-                await trio.sleep_forever()
-        finally:
-            self._nursery = None
-            self.ready.set()
-            self.done.set()
-
-    async def stop(self, bound: float) -> bool:
-        """Cancel every task and wait for their end; False if that took longer than ``bound``."""
-        self.stopping = True
-        if self._nursery is not None:
-            self._nursery.cancel_scope.cancel()
-        # Also when the task has not run yet: it sees `stopping` and ends.
-        with trio.move_on_after(bound):
-            await self.done.wait()
-            return True
-        return False
 
 
 class WorkerPool:
@@ -421,7 +379,7 @@ class WorkerPool:
             slot = spares.pop()
             if slot.worker.alive:
                 if policy in self._spare_demand:
-                    self._housekeeping.start_soon(self.refill_spares, policy)
+                    self.want_spares(policy)
                 return slot
             self._housekeeping.start_soon(self.retire, slot)
         return None
@@ -429,16 +387,22 @@ class WorkerPool:
     def _note_spare_demand(self, policy: SandboxPolicy) -> None:
         if policy not in self._spare_demand:
             self._spare_demand.add(policy)
-            self._housekeeping.start_soon(self.refill_spares, policy)
+            self.want_spares(policy)
 
     def _spare_event(self, policy: SandboxPolicy) -> trio.Event:
         return self._spare_events.setdefault(policy, trio.Event())
 
-    async def refill_spares(self, policy: SandboxPolicy) -> None:
-        """Keep ``spare_count`` started workers ready for ``policy``."""
+    def want_spares(self, policy: SandboxPolicy) -> None:
+        """Start filling ``policy``'s spares in the background, unless that is under way already."""
         if not self.rules.keeps_spares(policy) or self.closed or policy in self._spawning_spares:
             return
+        # Marked now, not when the task first runs: a load that starts in
+        # between waits for this spare instead of starting a worker of its own.
         self._spawning_spares.add(policy)
+        if not self._housekeeping.start_soon(self._refill_spares, policy):
+            self._spawning_spares.discard(policy)
+
+    async def _refill_spares(self, policy: SandboxPolicy) -> None:
         try:
             spares = self._spares.setdefault(policy, [])
             while len(spares) < self.rules.spare_count and not self.closed:
