@@ -2,12 +2,15 @@
 
 General layout: ``_proc`` supervises one worker process (spawn, exit, kill);
 ``_boundary`` is the kernel-tracked group every kill goes through;
-``_host`` is the trio runner (discovery through workers, calls, the
-cancellation ladder); ``_sync`` wraps it for plain programs; ``_cli`` is the
-``xcsh-run`` command, a thin layer over this public API. The wire protocol
+``_host`` is the trio runner, a facade over ``_config``, ``_registry``
+(discovery and loading), ``_pool`` (the workers), ``_calls`` (calls and the
+cancellation ladder) and ``_bridge`` (the host API tools reach);
+``_sync`` wraps it for plain programs; ``_cli`` is the ``xcsh-run``
+command, a thin layer over this public API. The wire protocol
 lives in ``worker._protocol``, shared with the worker side.
 """
 
+from ._config import RunnerConfig as RunnerConfig
 from ._discovery import Candidate as Candidate
 from ._discovery import ToolSource as ToolSource
 from ._discovery import discover_custom_tool_paths as discover_custom_tool_paths
@@ -61,6 +64,7 @@ __all__ = [
     "ProtocolError",
     "RemoteProtocolError",
     "Runner",
+    "RunnerConfig",
     "RunnerError",
     "RunnerStatistics",
     "SandboxPolicy",

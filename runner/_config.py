@@ -1,0 +1,145 @@
+"""The runner's configuration: one frozen, validated record and the one place for defaults.
+
+:func:`open_runner` builds a :class:`RunnerConfig` from its keywords (or takes
+one ready-made); everything below the facade reads the record, never a loose
+option. Every duration anywhere in the runner goes through
+:func:`check_seconds`, so they all refuse the same values with the same words.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Final
+
+from worker import _protocol as p
+
+from ._errors import ConfigError
+from ._sandbox import SandboxPolicy
+
+DEFAULT_TIMEOUT: Final = 60.0
+DEFAULT_GRACE: Final = 1.0
+DEFAULT_LOAD_TIMEOUT: Final = 10.0
+DEFAULT_MAX_CALLS_PER_WORKER: Final = 1000
+DEFAULT_IDLE_TIMEOUT: Final = 300.0
+DEFAULT_MAX_WORKER_RSS_MB: Final = 1024
+DEFAULT_SPARE_WORKERS: Final = 1
+MIN_FRAME_BYTES: Final = 1024
+MAX_FRAME_BYTES: Final = 2**32 - 1
+
+
+def check_seconds(label: str, value: object) -> float:
+    """``value`` as a duration, or ConfigError naming ``label``: a positive, finite number of seconds."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (value > 0 and math.isfinite(value)):
+        raise ConfigError(f"{label} must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def default_max_workers() -> int:
+    """Twice the core count, at least 4: calls mostly wait on I/O or on their tool's own processes."""
+    return max(4, 2 * (os.cpu_count() or 1))
+
+
+def _path_or_none(value: str | os.PathLike[str] | None) -> str | None:
+    return os.fspath(value) if value is not None else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunnerConfig:
+    """Every option of :func:`open_runner`, checked once.
+
+    Immutable: a runner reads its configuration and never changes it. Raises
+    ConfigError on construction for any value out of range.
+
+    Attributes:
+        cwd: the project directory, which tools see as ``api.cwd``; default: the current one.
+        builtin_tool_names: names tools may not take.
+        default_timeout: seconds a call may take unless the tool or the call says otherwise.
+        grace: seconds between SIGTERM and the tree kill in the ladder.
+        load_timeout: seconds a module may take to import and run its factory.
+        max_frame_bytes: the largest protocol message accepted either way.
+        env: the workers' environment; default: the host's.
+        discover_sources: False loads only ``tool_paths`` (no .xcsh, Claude,
+            Codex, plugin sources).
+        cache: remember what unchanged modules define, so they are not imported
+            again on the next run (see ``runner._cache``).
+        cache_dir: where; default ``$XDG_CACHE_HOME/xcsh-run`` or ``~/.cache/xcsh-run``.
+        home: the user's home for discovery; default ``$HOME``.
+        sandbox: the policy of every worker (default: ``SandboxPolicy()``,
+            the ``contained`` level). See :class:`SandboxPolicy`.
+        tool_policies: per-tool policies by tool name, instead of ``sandbox``.
+        max_workers: calls running at once (each in its own worker); more wait
+            their turn, first come first served. Default: twice the core count, at least 4.
+        max_calls_per_worker: a warm worker is retired after this many calls.
+        idle_timeout: seconds an idle warm worker is kept.
+        max_worker_rss_mb: a warm worker grown past this is retired after its call.
+        spare_workers: workers kept started (sandboxed, no module yet) so that a
+            call needing a new worker only pays for importing its module. One
+            starts with the runner; a taken spare is replaced only once some
+            call has had to start a worker from scratch, so a one-shot run
+            starts one worker, not two.
+        wanted_tool: the one tool this runner is opened to call (the CLI's
+            ``xcsh-run TOOL``): discovery stops as soon as the module that
+            defines it is known and every module before it in precedence is
+            settled. Modules after it cannot change which tool the name
+            means, so a slow or looping one costs nothing; they are not
+            loaded and ``tools``/``errors`` leave them out.
+    """
+
+    cwd: str | None = None
+    builtin_tool_names: frozenset[str] = frozenset()
+    default_timeout: float = DEFAULT_TIMEOUT
+    grace: float = DEFAULT_GRACE
+    load_timeout: float = DEFAULT_LOAD_TIMEOUT
+    max_frame_bytes: int = p.DEFAULT_MAX_FRAME_BYTES
+    env: Mapping[str, str] | None = None
+    discover_sources: bool = True
+    cache: bool = True
+    cache_dir: str | None = None
+    home: str | None = None
+    sandbox: SandboxPolicy = field(default_factory=SandboxPolicy)
+    tool_policies: Mapping[str, SandboxPolicy] = field(default_factory=lambda: MappingProxyType({}))
+    max_workers: int | None = None
+    max_calls_per_worker: int | None = DEFAULT_MAX_CALLS_PER_WORKER
+    idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT
+    max_worker_rss_mb: int | None = DEFAULT_MAX_WORKER_RSS_MB
+    spare_workers: int = DEFAULT_SPARE_WORKERS
+    wanted_tool: str | None = None
+
+    def __post_init__(self) -> None:
+        # Normalised in place (frozen: through object.__setattr__) so that two
+        # configs saying the same thing compare equal.
+        fix = object.__setattr__
+        fix(self, "cwd", _path_or_none(self.cwd))
+        fix(self, "cache_dir", _path_or_none(self.cache_dir))
+        fix(self, "home", _path_or_none(self.home))
+        fix(self, "builtin_tool_names", frozenset(self.builtin_tool_names))
+        fix(self, "tool_policies", MappingProxyType(dict(self.tool_policies)))
+        if self.env is not None:
+            fix(self, "env", MappingProxyType(dict(self.env)))
+        for label in ("default_timeout", "grace", "load_timeout"):
+            fix(self, label, check_seconds(label, getattr(self, label)))
+        if self.idle_timeout is not None:
+            fix(self, "idle_timeout", check_seconds("idle_timeout", self.idle_timeout))
+        if not MIN_FRAME_BYTES <= self.max_frame_bytes <= MAX_FRAME_BYTES:
+            raise ConfigError(f"max_frame_bytes must be between 1 KiB and 4 GiB, got {self.max_frame_bytes}")
+        if self.max_workers is not None and self.max_workers < 1:
+            raise ConfigError(f"max_workers must be at least 1, got {self.max_workers}")
+        if self.spare_workers < 0:
+            raise ConfigError(f"spare_workers must be 0 or more, got {self.spare_workers}")
+        if self.max_calls_per_worker is not None and self.max_calls_per_worker < 1:
+            raise ConfigError(f"max_calls_per_worker must be at least 1 (or None), got {self.max_calls_per_worker}")
+        if self.max_worker_rss_mb is not None and self.max_worker_rss_mb < 1:
+            raise ConfigError(f"max_worker_rss_mb must be at least 1 (or None), got {self.max_worker_rss_mb}")
+
+    @property
+    def worker_limit(self) -> int:
+        """Calls running at once: ``max_workers``, or its default."""
+        return self.max_workers if self.max_workers is not None else default_max_workers()
+
+    def policy_for(self, tool: str) -> SandboxPolicy:
+        """The sandbox policy a tool runs under (its own, else the runner's)."""
+        return self.tool_policies.get(tool, self.sandbox)

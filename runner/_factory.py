@@ -1,0 +1,112 @@
+"""The real worker factory: a ``WorkerProcess`` in its own boundary and private workdir.
+
+The pool asks it for workers through the :class:`~runner._pool.WorkerFactory`
+seam; it owns what outlives single workers: the runner's cgroup root and the
+workdirs whose removal ran out of time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Final
+
+import trio
+
+from ._boundary import Boundary, CgroupRoot
+from ._errors import WorkerStartupError
+from ._faults import fault_point
+from ._proc import NotificationHandler, RequestHandler, TeardownStats, WorkerProcess
+from ._sandbox import MiB, Probe, SandboxPolicy, build_env, make_workdir, remove_workdir, worker_config
+
+log: Final = logging.getLogger("xcsh_run")
+
+
+class ProcessFactory:
+    """Starts real workers. ``on_request``/``on_notification`` are set by the runner before the first start."""
+
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        *,
+        cwd: str,
+        env: Mapping[str, str],
+        probe: Probe,
+        cgroups: CgroupRoot | None,
+        max_frame_bytes: int,
+        teardown: TeardownStats,
+    ) -> None:
+        self._nursery = nursery
+        self._cwd = cwd
+        self._env = dict(env)
+        self._probe = probe
+        self._cgroups = cgroups
+        self._max_frame_bytes = max_frame_bytes
+        self.teardown = teardown
+        self.on_request: RequestHandler | None = None
+        self.on_notification: NotificationHandler | None = None
+
+    @property
+    def reliable_boundary(self) -> bool:
+        return self._cgroups is not None
+
+    def _new_boundary(self, policy: SandboxPolicy) -> Boundary:
+        if self._cgroups is None:
+            return Boundary(None)
+        contained = policy.level != "none"
+        return self._cgroups.new_boundary(
+            memory_bytes=policy.memory_mb * MiB if contained and policy.memory_mb is not None else None,
+            max_procs=policy.max_procs if contained else None,
+        )
+
+    async def start(self, policy: SandboxPolicy, module: str | None, *, has_ui: bool) -> WorkerProcess:
+        """A started worker under ``policy``, in its own boundary and private workdir.
+
+        ``module`` names the tool module for strict's Landlock rules (the
+        project directory stands in for a spare, ``module`` None). Raises what
+        :meth:`WorkerProcess.start` raises, WorkerStartupError for a host-side
+        failure (no disk for the workdir, no cgroup), or ConfigError for a bad policy.
+        """
+        module = module if module is not None else self._cwd
+        workdir: Path | None = None
+        try:
+            if policy.level != "none":
+                fault_point("workdir")
+                workdir = make_workdir()
+            env = build_env(policy, self._env, workdir) if workdir is not None else self._env
+            config = worker_config(policy, self._probe, module=module, cwd=self._cwd, workdir=workdir, env=env)
+            boundary = self._new_boundary(policy)
+        except BaseException as exc:
+            if workdir is not None:
+                remove_workdir(workdir)
+            if isinstance(exc, OSError):
+                what = "its cgroup" if workdir is not None or policy.level == "none" else "its private workdir"
+                raise WorkerStartupError(f"could not start a worker for {module} ({what}): {exc}") from exc
+            raise
+        # From here on the worker owns the workdir and the boundary.
+        return await WorkerProcess.start(
+            self._nursery,
+            module=module,
+            cwd=self._cwd,
+            env=env,
+            boundary=boundary,
+            max_frame_bytes=self._max_frame_bytes,
+            sandbox=config,
+            workdir=workdir,
+            output_limit=policy.output_mb * MiB if policy.output_mb is not None else None,
+            has_ui=has_ui,
+            on_request=self.on_request,
+            on_notification=self.on_notification,
+            teardown=self.teardown,
+        )
+
+    async def aclose(self) -> None:
+        """Remove the cgroup root, and retry the workdirs whose removal ran out of time. Shield it."""
+        if self._cgroups is not None:
+            await trio.to_thread.run_sync(self._cgroups.remove)
+        # One more bounded try: no later host would sweep a live pid's workdirs.
+        left, self.teardown.leftover_workdirs = self.teardown.leftover_workdirs, []
+        for workdir in left:
+            if not await trio.to_thread.run_sync(remove_workdir, workdir):
+                log.warning("could not remove the worker workdir %s; remove it by hand", workdir)

@@ -1,0 +1,375 @@
+"""The registry: what discovery found, the tools it defines, and every reason something did not load.
+
+Modules load in parallel, each in its own worker taken from the pool (or
+from the module cache, without a worker at all), but they are merged in
+precedence order: the first definition of a name wins, and a later one is a
+conflict with the reason spelled out. A worker that loaded a module goes back
+to the pool's idle lists, ready for the first call of that module.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Sequence
+from typing import Any, Final
+
+import msgspec
+import trio
+
+from worker import _protocol as p
+
+from ._cache import CachedLoad, ModuleCache, fingerprint
+from ._config import RunnerConfig
+from ._discovery import Candidate, ToolSource, discover
+from ._errors import ConfigError, RemoteProtocolError, WorkerDied, WorkerError, WorkerStartupError, describe_exit
+from ._faults import fault_point
+from ._pool import PoolWorker, Slot, WorkerPool
+from ._proc import RemoteError
+from ._results import ErrorKind, ToolResult, error_result
+from ._sandbox import SandboxPolicy
+from ._validate import ArgumentValidator, SchemaProblem
+from ._version import __version__
+
+RESOLVE_SCHEMA: Final = {
+    "type": "object",
+    "properties": {
+        "action": {"type": "string", "enum": ["apply", "discard"], "description": "apply or discard the preview"},
+        "reason": {"type": "string", "description": "why"},
+    },
+    "required": ["action", "reason"],
+    "additionalProperties": False,
+}
+BUILTIN_MODULE: Final = "<built-in>"
+
+
+class ToolInfo(msgspec.Struct, frozen=True):
+    """A loaded tool as the host sees it: what a model needs, and where it lives."""
+
+    name: str
+    label: str
+    description: str
+    parameters: dict[str, Any]
+    module: str
+    source: ToolSource
+    hidden: bool = False
+    deferrable: bool = False
+    concurrency: str = "shared"
+    timeout: float | None = None
+    params_kind: str = "json_schema"
+    has_on_session: bool = False
+    has_render_call: bool = False
+    has_render_result: bool = False
+
+
+class LoadError(msgspec.Struct, frozen=True):
+    """A module (or one entry of its factory) that did not become a tool, and why.
+
+    ``shadowed_by`` is set when the module was not loaded at all because a
+    higher-precedence place has a module of the same name.
+    """
+
+    path: str
+    message: str
+    source: ToolSource
+    stderr_tail: str | None = None
+    shadowed_by: str | None = None
+
+
+class LoadFailed(Exception):
+    """A worker could not be given its module; the message says why."""
+
+    def __init__(
+        self, message: str, stderr_tail: str | None = None, *, deterministic: bool = False, startup: bool = False
+    ) -> None:
+        self.stderr_tail = stderr_tail
+        self.deterministic = deterministic  # worth caching: not a timeout or a crash
+        # The worker never got to the module: a host-side failure (fds, disk,
+        # cgroups) or a worker that died starting. Reported as `crashed`.
+        self.startup = startup
+        super().__init__(message)
+
+
+_Outcome = tuple[list[ToolInfo], list[LoadError]]
+
+
+class ToolRegistry:
+    """The tools, load problems and warnings of one runner, and the loading that produces them."""
+
+    def __init__(self, config: RunnerConfig, pool: WorkerPool, cache: ModuleCache | None, warnings: list[str]) -> None:
+        assert config.cwd is not None
+        self._config = config
+        self._cwd = config.cwd
+        self._pool = pool
+        self._cache = cache
+        self._warnings = warnings
+        self._builtins = config.builtin_tool_names
+        self.tools: dict[str, ToolInfo] = {}
+        self.errors: list[LoadError] = []
+        self.candidates: dict[str, Candidate] = {}
+
+    @property
+    def warnings(self) -> list[str]:
+        return list(self._warnings)
+
+    async def load(
+        self, configured_paths: Sequence[str] = (), *, discover_sources: bool = True, wanted_tool: str | None = None
+    ) -> None:
+        """Discover modules and describe them (see ``Runner.load``)."""
+        cache_dir = self._cache.directory.parent if self._cache is not None else None
+        found = await trio.to_thread.run_sync(
+            lambda: discover(
+                configured_paths, self._cwd, home=self._config.home, include_sources=discover_sources,
+                cache_dir=cache_dir,
+            )
+        )  # fmt: skip
+        self._warnings.extend(found.warnings)
+        for shadow in found.shadowed:
+            message = (
+                f"{shadow.path}: not loaded, shadowed by {shadow.shadowed_by} (a higher-precedence module "
+                "of the same name); rename one of them to load both"
+            )
+            self.errors.append(LoadError(shadow.path, message, shadow.source, shadowed_by=shadow.shadowed_by))
+        outcomes = await self._load_all(found.candidates, wanted_tool)
+        for outcome in outcomes:
+            if outcome is None:
+                # Cancelled once wanted_tool was decided. Nothing after it is
+                # registered either: it might claim a name this one defines.
+                break
+            infos, errors = outcome
+            self.errors.extend(errors)
+            for info in infos:
+                self._register(info)
+        # The hidden built-in `resolve` exists only when some tool can defer its
+        # effect (as in the original design, where it names a pending action).
+        if any(t.deferrable for t in self.tools.values()) and "resolve" not in self.tools:
+            self.tools["resolve"] = ToolInfo(
+                name="resolve",
+                label="Resolve",
+                description="Apply or discard the newest pending preview.",
+                parameters=RESOLVE_SCHEMA,
+                module=BUILTIN_MODULE,
+                source=ToolSource("builtin", "xcsh-run", "user"),
+                hidden=True,
+            )
+
+    async def _load_all(self, candidates: Sequence[Candidate], wanted_tool: str | None) -> list[_Outcome | None]:
+        outcomes: list[_Outcome | None] = [None] * len(candidates)
+        limiter = trio.CapacityLimiter(max(1, os.cpu_count() or 1))
+        settled = trio.Event()
+        left = len(candidates)
+
+        def decided() -> bool:
+            # The first settled module (in precedence order) that defines the
+            # name decides it, provided every module before it is settled.
+            for outcome in outcomes:
+                if outcome is None:
+                    return False
+                if any(info.name == wanted_tool for info in outcome[0]):
+                    return True
+            return False
+
+        async def one(index: int, candidate: Candidate) -> None:
+            nonlocal left
+            try:
+                async with limiter:
+                    outcomes[index] = await self._load_candidate(candidate)
+            finally:
+                left -= 1
+            if left == 0 or (wanted_tool is not None and decided()):
+                settled.set()
+
+        if not candidates:
+            settled.set()
+        async with trio.open_nursery() as nursery:
+            for index, candidate in enumerate(candidates):
+                self.candidates[candidate.resolved] = candidate
+                nursery.start_soon(one, index, candidate)
+            if wanted_tool is not None:
+                await settled.wait()  # or every load finished: the nursery's own end
+                nursery.cancel_scope.cancel()  # the rest cannot change what the name means
+        return outcomes
+
+    def _register(self, info: ToolInfo) -> None:
+        if info.name in self._builtins:
+            message = f"tool name {info.name!r} conflicts with a built-in tool; rename it"
+            self.errors.append(LoadError(info.module, message, info.source))
+        elif (first := self.tools.get(info.name)) is not None:
+            message = (
+                f"tool name {info.name!r} conflicts with the tool already loaded from {first.module} "
+                f"({first.source.provider}); the first one wins, rename this one"
+            )
+            self.errors.append(LoadError(info.module, message, info.source))
+        else:
+            self.tools[info.name] = info
+
+    async def _load_candidate(self, candidate: Candidate) -> _Outcome:
+        path = candidate.resolved
+        if path.endswith((".md", ".json")):
+            message = f"{candidate.path}: .md and .json files are tool metadata and cannot be loaded as modules"
+            return [], [LoadError(candidate.path, message, candidate.source)]
+        fp = None
+        if self._cache is not None:
+            fp = await trio.to_thread.run_sync(fingerprint, candidate, __version__)
+            cached = self._cache.get(candidate, fp) if fp is not None else None
+            if cached is not None:
+                return _from_load(candidate, cached)
+        if not os.path.exists(path):  # noqa: ASYNC240 - one stat, cheaper than a thread hop
+            message = f"{candidate.path}: no such file or folder; check the path given to --tools"
+            return [], [LoadError(candidate.path, message, candidate.source)]
+        try:
+            slot, result = await self.spawn_loaded(candidate, self._config.load_timeout, self._config.sandbox)
+        except LoadFailed as exc:
+            if exc.deterministic and self._cache is not None and fp is not None:
+                self._cache.put(candidate, CachedLoad(fingerprint=fp, load_error=str(exc)))
+            return [], [LoadError(candidate.path, str(exc), candidate.source, exc.stderr_tail)]
+        self._pool.release(slot)
+        schema_errors: dict[str, str] = {}
+        if any(d.params_kind == "json_schema" for d in result.tools):
+            # Checking a schema imports jsonschema: do it once, here, where a
+            # worker was started anyway, and remember the verdict in the cache.
+            schema_errors = await trio.to_thread.run_sync(_check_schemas, result)
+        entry = CachedLoad(fingerprint=fp or "", result=result, schema_errors=schema_errors)
+        if self._cache is not None and fp is not None:
+            self._cache.put(candidate, entry)
+        return _from_load(candidate, entry)
+
+    async def spawn_loaded(
+        self, candidate: Candidate, timeout: float, policy: SandboxPolicy
+    ) -> tuple[Slot, p.LoadResult]:
+        """A worker under ``policy`` with ``candidate`` loaded, within ``timeout``; raises LoadFailed.
+
+        Cancellation: the worker is gone (bounded) before ``Cancelled`` leaves.
+        """
+        module = candidate.resolved
+        worker: PoolWorker | None = None  # set once the module is being loaded
+
+        async def load(started: PoolWorker) -> p.LoadResult:
+            nonlocal worker
+            worker = started
+            fault_point("load", started.pid)
+            raw = await started.request(p.M_LOAD, _load_params(candidate))
+            return msgspec.json.decode(raw, type=p.LoadResult)
+
+        try:
+            with trio.move_on_after(timeout):
+                return await self._pool.start_loaded(module, policy, load)
+            raise LoadFailed(
+                f"{module}: the module did not finish loading within {timeout:g} s (load timeout); "
+                "it may loop or block at import time",
+                _tail(worker),
+            )
+        except RemoteError as exc:
+            # The module itself refused to load: the same file will fail the same way.
+            raise LoadFailed(exc.error.message, _tail(worker), deterministic=True) from None
+        except ConfigError as exc:
+            raise LoadFailed(f"{module}: {exc}") from None
+        except WorkerDied as exc:
+            loading = worker is not None
+            raise LoadFailed(
+                f"{module}: the worker {describe_exit(exc.returncode)} "
+                + ("while loading the module" if loading else "while starting, before the module was imported")
+                + (f"; last stderr: {last_line(exc.stderr_tail)}" if exc.stderr_tail.strip() else ""),
+                exc.stderr_tail or None,
+                startup=not loading,
+            ) from None
+        except WorkerStartupError as exc:
+            raise LoadFailed(f"{module}: {exc}", _tail(worker), startup=True) from None
+        except OSError as exc:
+            # A host-side failure between steps (a fault while sending `load`):
+            # a result with the errno, never a raw OSError out of a call.
+            raise LoadFailed(f"{module}: could not start a worker: {exc}", _tail(worker), startup=True) from None
+        except (RemoteProtocolError, WorkerError, msgspec.DecodeError) as exc:
+            raise LoadFailed(f"{module}: {exc}", _tail(worker)) from None
+
+    async def acquire(self, info: ToolInfo, timeout: float, policy: SandboxPolicy) -> Slot:
+        """A busy worker with ``info``'s module loaded under ``policy``: an idle one, else a new one."""
+        slot = await self._pool.take_idle(info.module, policy)
+        if slot is not None:
+            return slot
+        slot, result = await self.spawn_loaded(self.candidates[info.module], timeout, policy)
+        if not any(d.name == info.name for d in result.tools):
+            # The file changed since it was described (or the cache is stale
+            # in a way its fingerprint missed): do not run something else.
+            with trio.CancelScope(shield=True):
+                await self._pool.retire(slot)
+            raise LoadFailed(
+                f"{info.module} no longer defines a tool named {info.name!r}; it changed since discovery, run again"
+            )
+        self._pool.occupy(slot)
+        return slot
+
+    def not_found(self, name: str) -> ToolResult:
+        names = [t.name for t in self.tools.values() if not t.hidden]
+        close = difflib.get_close_matches(name, names, n=3)
+        message = f"no tool named {name!r}"
+        if close:
+            message += "; did you mean " + " or ".join(repr(c) for c in close) + "?"
+        elif names:
+            message += f"; known tools: {', '.join(sorted(names))}"
+        else:
+            message += "; no tools are loaded (put modules in .xcsh/tools or pass --tools PATH)"
+        if self.errors:
+            message += f" ({len(self.errors)} module(s) failed to load; `xcsh-run list` shows why)"
+        return error_result(ErrorKind.NOT_FOUND, message)
+
+
+def _from_load(candidate: Candidate, entry: CachedLoad) -> _Outcome:
+    if entry.load_error is not None or entry.result is None:
+        return [], [LoadError(candidate.path, entry.load_error or "load failed", candidate.source)]
+    result = entry.result
+    errors = [
+        LoadError(candidate.path, f"entry {e.index} of {candidate.factory}(api): {e.message}", candidate.source)
+        for e in result.entry_errors
+    ]
+    infos: list[ToolInfo] = []
+    for d in result.tools:
+        problem = entry.schema_errors.get(d.name)
+        if problem is not None:
+            errors.append(LoadError(candidate.path, f"tool {d.name!r}: {problem}", candidate.source))
+            continue
+        infos.append(
+            ToolInfo(
+                name=d.name,
+                label=d.label,
+                description=d.description,
+                parameters=d.parameters,
+                module=candidate.resolved,
+                source=candidate.source,
+                hidden=d.hidden,
+                deferrable=d.deferrable,
+                concurrency=d.concurrency,
+                timeout=d.timeout,
+                params_kind=d.params_kind,
+                has_on_session=d.has_on_session,
+                has_render_call=d.has_render_call,
+                has_render_result=d.has_render_result,
+            )
+        )
+    return infos, errors
+
+
+def _load_params(candidate: Candidate) -> p.LoadParams:
+    return p.LoadParams(
+        path=candidate.resolved, module=candidate.module, sys_path=candidate.sys_path, factory=candidate.factory
+    )
+
+
+def _check_schemas(result: p.LoadResult) -> dict[str, str]:
+    problems: dict[str, str] = {}
+    for d in result.tools:
+        if d.params_kind == "json_schema":
+            try:
+                ArgumentValidator(d.parameters)
+            except SchemaProblem as exc:
+                problems[d.name] = str(exc)
+    return problems
+
+
+def _tail(worker: PoolWorker | None) -> str | None:
+    return (worker.stderr_tail.text() or None) if worker is not None else None
+
+
+def last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else ""

@@ -1,0 +1,166 @@
+"""One call's lifecycle, with fake workers on trio's mock clock: queueing, deadlines, the ladder.
+
+Each rung of the ladder is a fake that gives in at that rung: one honours
+``$/cancel``, one SIGTERM, one nothing (only the kill after ``grace`` ends it).
+Real workers prove the same through the tool API in tests/test_calls.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+from ._fakes import FakeFactory, Mode, assemble
+
+GRACE = 2.0
+
+
+@pytest.mark.parametrize(
+    ("mode", "rung", "elapsed"),
+    [("cancel", "cooperative", 5.0), ("sigterm", "cooperative", 5.0), ("ignore", "killed", 5.0 + GRACE)],
+)
+async def test_each_rung_of_the_ladder_ends_a_timed_out_call(
+    autojump_clock: trio.testing.MockClock, mode: Mode, rung: str, elapsed: float
+) -> None:
+    async with assemble(FakeFactory(mode=mode, start_seconds=0), grace=GRACE) as a:
+        start = trio.current_time()
+        result = await a.call(timeout=5.0)
+        assert trio.current_time() - start == pytest.approx(elapsed)
+        assert result.kind == "timeout" and result.error is not None
+        assert result.error.rung == rung
+        assert "timed out after 5 s" in result.text
+        worker = a.factory.started[0]
+        # `$/cancel` first, then SIGTERM; then, for a tool that ignored both, the kill.
+        assert worker.events == ["$/cancel", "SIGTERM", "kill"]
+        assert not worker.alive  # a worker that went through the ladder is never reused
+        assert a.pool.slots() == []
+
+
+async def test_a_cancelled_call_says_why(autojump_clock: trio.testing.MockClock) -> None:
+    async with assemble(FakeFactory(mode="sigterm"), grace=GRACE) as a:
+        async with trio.open_nursery() as nursery:
+            results = []
+
+            async def call() -> None:
+                results.append(await a.call(tool_call_id="c1"))
+
+            nursery.start_soon(call)
+            await trio.sleep(1)
+            assert a.calls.table.cancel("c1", "user pressed stop")
+            assert not a.calls.table.cancel("nope")
+        assert results[0].kind == "cancelled"
+        assert "was cancelled (user pressed stop)" in results[0].text
+        assert results[0].error.rung == "cooperative"
+
+
+async def test_the_callers_cancellation_still_runs_the_ladder(autojump_clock: trio.testing.MockClock) -> None:
+    async with assemble(FakeFactory(mode="ignore"), grace=GRACE) as a:
+        with trio.move_on_after(3):
+            await a.call()
+        worker = a.factory.started[0]
+        assert worker.events == ["$/cancel", "SIGTERM", "kill"]
+        assert trio.current_time() == pytest.approx(3 + GRACE)  # shielded: the ladder ran to its end
+        assert a.pool.counts()["busy"] == 0 and len(a.calls.table) == 0
+
+
+async def test_an_abort_cancels_every_call_of_its_operation(autojump_clock: trio.testing.MockClock) -> None:
+    async with assemble(FakeFactory(mode="sigterm"), grace=GRACE) as a:
+        results: dict[str, str | None] = {}
+
+        async def call(call_id: str, operation: str) -> None:
+            results[call_id] = (await a.call(tool_call_id=call_id, operation_id=operation)).kind
+
+        async with trio.open_nursery() as nursery:
+            for call_id, operation in (("a1", "op-a"), ("a2", "op-a"), ("b1", "op-b")):
+                nursery.start_soon(call, call_id, operation)
+            await trio.sleep(1)
+            a.calls.table.abort("a1", "giving up")
+            await trio.sleep(GRACE + 1)
+            assert results == {"a1": "cancelled", "a2": "cancelled"}
+            a.calls.table.cancel("b1")
+
+
+async def test_calls_past_max_workers_wait_their_turn_in_order(autojump_clock: trio.testing.MockClock) -> None:
+    async with assemble(FakeFactory(mode="hold"), max_workers=2) as a:
+
+        def started() -> set[str]:
+            return {call_id for worker in a.factory.started for call_id in worker.call_ids}
+
+        async with trio.open_nursery() as nursery:
+            for n in range(5):
+                nursery.start_soon(lambda n=n: a.call(tool_call_id=f"c{n}"))
+                await trio.sleep(0.01)  # started in this order
+            await trio.sleep(1)
+            assert (started(), a.calls.queued()) == ({"c0", "c1"}, 3)
+            for worker in a.factory.started:
+                worker.answer_held()
+            await trio.sleep(1)
+            assert (started(), a.calls.queued()) == ({"c0", "c1", "c2", "c3"}, 1)  # first come, first served
+            for worker in a.factory.started:
+                worker.answer_held()
+            await trio.sleep(1)
+            assert started() == {"c0", "c1", "c2", "c3", "c4"}
+            for worker in a.factory.started:
+                worker.answer_held()
+        assert len(a.factory.started) == 2  # the queued calls reused the two warm workers
+
+
+async def test_an_exclusive_tool_runs_one_call_at_a_time(autojump_clock: trio.testing.MockClock) -> None:
+    async with assemble(FakeFactory(mode="hold"), max_workers=4) as a:
+        a.info("echo", concurrency="exclusive")
+        async with trio.open_nursery() as nursery:
+            for n in range(3):
+                nursery.start_soon(lambda n=n: a.call(tool_call_id=f"x{n}"))
+            await trio.sleep(1)
+            assert a.calls.queued() == 2
+            assert a.pool.counts()["busy"] == 1
+            for _ in range(3):
+                for worker in a.factory.started:
+                    worker.answer_held()
+                await trio.sleep(1)
+        assert len(a.factory.started) == 1  # never two at once: one worker served all three
+
+
+async def test_queued_time_counts_against_the_deadline(autojump_clock: trio.testing.MockClock) -> None:
+    async with assemble(FakeFactory(mode="hold"), max_workers=1) as a:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(a.call)
+            await trio.sleep(1)
+            late = await a.call(timeout=3)
+            assert late.kind == "timeout"
+            assert "before its worker was ready" in late.text
+            a.factory.started[0].answer_held()
+        assert len(a.factory.started) == 1
+
+
+async def test_a_module_that_no_longer_defines_the_tool_is_a_load_error(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with assemble(FakeFactory(tools=["other"])) as a:
+        result = await a.call("echo")
+        assert result.kind == "load_error"
+        assert "no longer defines a tool named 'echo'" in result.text
+        assert not a.factory.started[0].alive
+
+
+async def test_a_worker_that_dies_before_the_call_is_sent_is_a_crash(autojump_clock: trio.testing.MockClock) -> None:
+    async with assemble() as a:
+        await a.call()
+        a.factory.started[0].die_on_call = True  # taken alive, dead by the time the call is sent
+        result = await a.call()
+        assert result.kind == "crashed"
+        assert "SIGSEGV" in result.text
+        assert not (await a.call()).is_error  # and the next call gets a new worker
+        assert len(a.factory.started) == 2
+
+
+async def test_duplicate_call_ids_are_refused(autojump_clock: trio.testing.MockClock) -> None:
+    from runner import ConfigError
+
+    async with assemble(FakeFactory(mode="hold")) as a, trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: a.call(tool_call_id="same"))
+        await trio.sleep(1)
+        with pytest.raises(ConfigError, match="already running"):
+            await a.call(tool_call_id="same")
+        a.factory.started[0].answer_held()
