@@ -54,15 +54,6 @@ from ._validate import ArgumentValidator, SchemaProblem
 log: Final = logging.getLogger("xcsh_run")
 UpdateCallback = Callable[[dict[str, Any]], object]
 
-# TODO: use worker's one kind-by-code map (p.KIND_BY_CODE) once the protocol layer publishes it.
-_KIND_BY_CODE: Final[Mapping[int, ErrorKind]] = {
-    p.ErrorCode.TOOL_ERROR: ErrorKind.TOOL_ERROR,
-    p.ErrorCode.INVALID_ARGUMENTS: ErrorKind.INVALID_ARGUMENTS,
-    p.ErrorCode.NOT_FOUND: ErrorKind.NOT_FOUND,
-    p.ErrorCode.LOAD_ERROR: ErrorKind.LOAD_ERROR,
-    p.ErrorCode.CANCELLED: ErrorKind.CANCELLED,
-    p.ErrorCode.LIMIT_EXCEEDED: ErrorKind.LIMIT_EXCEEDED,
-}
 _call_ids = itertools.count(1)
 
 
@@ -390,7 +381,7 @@ def interpret(info: ToolInfo, worker: PoolWorker, pending: InFlight) -> ToolResu
         raw = pending.outcome()
     except RemoteError as exc:
         data = exc.data
-        kind = _KIND_BY_CODE.get(exc.error.code, ErrorKind.PROTOCOL_ERROR)  # rule 3
+        kind = ErrorKind(p.kind_of(exc.error.code))  # rule 3
         message = exc.error.message
         if kind is ErrorKind.PROTOCOL_ERROR:
             message = f"the worker answered with an unexpected error ({exc.error.code}): {message}"

@@ -18,7 +18,8 @@ from ._boundary import Boundary, CgroupRoot
 from ._errors import WorkerStartupError
 from ._faults import fault_point
 from ._proc import NotificationHandler, RequestHandler, TeardownStats, WorkerProcess
-from ._sandbox import MiB, Probe, SandboxPolicy, build_env, make_workdir, remove_workdir, worker_config
+from ._sandbox import MiB, Probe, SandboxPolicy, build_env, worker_config
+from ._workdir import make_workdir, remove_workdir
 
 log: Final = logging.getLogger("xcsh_run")
 

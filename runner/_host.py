@@ -51,7 +51,8 @@ from ._registry import BUILTIN_MODULE, ToolRegistry
 from ._registry import LoadError as LoadError
 from ._registry import ToolInfo as ToolInfo
 from ._results import ErrorKind, ToolResult, error_result
-from ._sandbox import Probe, SandboxPolicy, check, probe, sweep_stale_workdirs
+from ._sandbox import Probe, SandboxPolicy, check, probe
+from ._workdir import sweep_stale_workdirs
 
 # How long aclose waits for spare refills and the reaper to stop once
 # cancelled: each of their own waits is bounded well below this.
