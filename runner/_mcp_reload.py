@@ -40,10 +40,6 @@ logger = logging.getLogger("xcsh_run.mcp")
 # The file poll looks at most at this many files inside package folders.
 _MAX_WATCHED_FILES: Final = 2000
 
-# How a generation's runner is opened: ``open_runner``, or a stand-in in tests.
-OpenRunner = Callable[..., contextlib.AbstractAsyncContextManager[Runner]]
-
-
 class Generation:
     """One loaded runner, and the calls running on it."""
 
@@ -88,14 +84,12 @@ class Runners:
         sandbox: SandboxPolicy | None,
         poll_interval: float,
         on_reloaded: Callable[[list[ToolInfo], list[ToolInfo]], Awaitable[None]],
-        open_runner: OpenRunner = open_runner,
     ) -> None:
         self._paths = list(paths)
         self._cwd = cwd
         self._options: dict[str, Any] = {"cwd": cwd, "grace": grace, "load_timeout": load_timeout, "sandbox": sandbox}
         self._poll_interval = poll_interval
         self._on_reloaded = on_reloaded
-        self._open_runner = open_runner
         self._generations: set[Generation] = set()
         self._current: Generation | None = None  # None before the first load, or after it failed
         self._ready = trio.Event()  # set while no load is running
@@ -150,7 +144,8 @@ class Runners:
 
     async def _load(self, nursery: trio.Nursery) -> bool:
         """Open a new generation; True once it serves."""
-        self._ready = trio.Event()  # new calls wait for this load (rule 2)
+        if self._ready.is_set():
+            self._ready = trio.Event()  # new calls wait for this load (rule 2)
         old = self._current
         try:
             new: Generation = await nursery.start(self._run_generation)
@@ -175,7 +170,7 @@ class Runners:
         return loaded
 
     async def _run_generation(self, *, task_status: trio.TaskStatus[Generation] = trio.TASK_STATUS_IGNORED) -> None:
-        async with self._open_runner(self._paths, **self._options) as runner:
+        async with open_runner(self._paths, **self._options) as runner:
             generation = Generation(runner)
             self._generations.add(generation)
             try:

@@ -385,6 +385,63 @@ async def test_tools_list_changed_when_tool_files_change(tmp_path: Path) -> None
             assert error_of(result)["kind"] == "not_found"
 
 
+# A tool module whose `gate` waits, after its first update, until the test
+# writes to a FIFO: an event across processes, with no sleep.
+GATED = """
+import os
+
+from worker.pi import CustomTool
+
+OBJ = {{"type": "object"}}
+
+
+def factory(api):
+    def gate(tcid, params, on_update, ctx, signal_):
+        on_update({{"content": [{{"type": "text", "text": f"started {{os.getpid()}}"}}], "details": None}})
+        with open({fifo!r}) as f:
+            return f"{{f.read()}} on {version}"
+
+    def version(tcid, params, on_update, ctx, signal_):
+        return "{version}"
+
+    return [
+        CustomTool(name="gate", description="Waits, {version}", parameters=OBJ, execute=gate),
+        CustomTool(name="version", description="Says its version", parameters=OBJ, execute=version),
+    ]
+"""
+
+
+async def test_a_reload_serves_new_calls_while_calls_in_flight_finish_on_the_old_runner(tmp_path: Path) -> None:
+    folder = tmp_path / "tools"
+    folder.mkdir()
+    fifo = tmp_path / "gate"
+    os.mkfifo(fifo)
+    (folder / "gated.py").write_text(GATED.format(fifo=str(fifo), version="v1"))
+    changed = trio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            changed.set()
+
+    with trio.fail_after(DEADLINE * 2):
+        async with session(str(folder), message_handler=on_message) as s:
+            async with trio.open_nursery() as nursery:
+                _, message, results = await start_busy(nursery, s, "gate")
+                old_worker = int(message.split()[1])
+                (folder / "gated.py").write_text(GATED.format(fifo=str(fifo), version="v2"))
+                await changed.wait()  # sent once the new runner serves
+                # A new call runs on the new runner and completes while the old one still waits at its gate.
+                assert text_of(await s.call_tool("version", {})) == "v2"
+                assert results == []
+                # Opening the FIFO for writing waits for its reader: the old call's worker.
+                await trio.to_thread.run_sync(fifo.write_text, "opened", abandon_on_cancel=True)
+            # The nursery waited for the old call: it finished, on the old runner.
+            assert text_of(results[0]) == "opened on v1"
+            # That runner closes once its last call ended, while the server keeps serving.
+            await wait_exited(old_worker)
+            assert text_of(await s.call_tool("version", {})) == "v2"
+
+
 # --- the raw wire ------------------------------------------------------------------
 
 
