@@ -19,12 +19,12 @@ from ._errors import RunnerError as RunnerError
 from ._errors import WorkerDied as WorkerDied
 from ._errors import WorkerError as WorkerError
 from ._errors import WorkerStartupError as WorkerStartupError
-from ._fuzz import FuzzFailure as FuzzFailure
-from ._fuzz import FuzzReport as FuzzReport
-from ._fuzz import PropertyReport as PropertyReport
 from ._fuzz import assert_fuzz_clean as assert_fuzz_clean
 from ._fuzz import fuzz_tool as fuzz_tool
 from ._fuzz import fuzz_tool_sync as fuzz_tool_sync
+from ._fuzz_report import FuzzFailure as FuzzFailure
+from ._fuzz_report import FuzzReport as FuzzReport
+from ._fuzz_report import PropertyReport as PropertyReport
 from ._host import CustomToolsLoadResult as CustomToolsLoadResult
 from ._host import LoadError as LoadError
 from ._host import Runner as Runner

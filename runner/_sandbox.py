@@ -3,7 +3,8 @@
 The policy is documented once, on :class:`SandboxPolicy`. The host does what
 only a parent can do (environment, fds, working directory, cgroups: see
 ``_boundary``); the worker applies the rest to itself before it imports any
-tool code (``worker/_sandbox.py``). ``docs/sandbox.md`` is the user's guide.
+tool code (``worker/_sandbox.py``). The worker's private directory is
+``_workdir``'s. ``docs/sandbox.md`` is the user's guide.
 
 Rule: fail closed. A level whose mechanisms this machine lacks raises
 :class:`SandboxUnavailable` naming the missing kernel feature, unless the
@@ -12,17 +13,13 @@ policy says ``best_effort``; then what was not enforced is reported.
 
 from __future__ import annotations
 
-import errno
 import fnmatch
 import hashlib
 import os
 import platform
-import secrets
 import shutil
 import stat
 import sys
-import tempfile
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final, Literal
@@ -32,6 +29,12 @@ import msgspec
 from worker import _protocol as p
 
 from ._errors import ConfigError
+
+# Workdirs have a module of their own (``_workdir``); these names stay importable from here for the
+# modules that still do so.
+from ._workdir import make_workdir as make_workdir
+from ._workdir import remove_workdir as remove_workdir
+from ._workdir import sweep_stale_workdirs as sweep_stale_workdirs
 
 Level = Literal["none", "contained", "strict"]
 LEVELS: Final = ("none", "contained", "strict")
@@ -270,282 +273,6 @@ def build_env(policy: SandboxPolicy, host_env: Mapping[str, str], workdir: Path)
         # glibc reserves ~64 MiB of address space per thread arena.
         env.setdefault("MALLOC_ARENA_MAX", "2")
     return env
-
-
-# A workdir is named xcsh-run-w<host pid>-<random>: a host that died without
-# removing its workdirs (SIGKILL, OOM) is recognised by the next one to start.
-_WORKDIR_PREFIX: Final = "xcsh-run-w"
-
-
-def make_workdir() -> Path:
-    """A private directory for one worker: ``home/`` and ``tmp/``, removed with the worker."""
-    workdir = Path(tempfile.mkdtemp(prefix=f"{_WORKDIR_PREFIX}{os.getpid()}-"))
-    (workdir / "home").mkdir()
-    (workdir / "tmp").mkdir()
-    return workdir
-
-
-def _workdir_host(name: str) -> int | None:
-    """The host pid in a workdir's name, or None for any other name."""
-    if not name.startswith(_WORKDIR_PREFIX):
-        return None
-    pid, sep, rest = name[len(_WORKDIR_PREFIX) :].partition("-")
-    if not sep or not rest or not pid.isdigit() or not pid.isascii():
-        return None
-    return int(pid)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, but another user's
-        return True
-    return True
-
-
-def sweep_stale_workdirs(tmpdir: str | os.PathLike[str] | None = None, *, timeout: float = 1.0) -> list[str]:
-    """Remove the workdirs left in ``tmpdir`` (default: the temp dir) by hosts that are dead.
-
-    Only directories (never symlinks) owned by this uid and named
-    ``xcsh-run-w<pid>-...`` with ``pid`` neither this process nor a live one
-    are touched: a live host's workdirs are its own business. Costs one
-    listdir when there is nothing to sweep. ``timeout`` bounds the whole
-    sweep; what it leaves, a later sweep goes on with. Never raises;
-    returns the paths it could not remove entirely (for the caller to log).
-    """
-    left: list[str] = []
-    try:
-        _sweep(os.fspath(tmpdir) if tmpdir is not None else tempfile.gettempdir(), timeout, left)
-    except Exception:
-        pass  # a sweep is a courtesy: it must never stop a runner from opening
-    return left
-
-
-def _sweep(base: str, timeout: float, left: list[str]) -> None:
-    deadline = time.monotonic() + timeout
-    me, uid = os.getpid(), os.geteuid()
-    for name in os.listdir(base):
-        pid = _workdir_host(name)
-        if pid is None or pid == me or _pid_alive(pid):
-            continue
-        path = os.path.join(base, name)
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
-            continue
-        # Claimed first, by an atomic rename to a name carrying our pid: of
-        # hosts starting together, one sweeps it and the others skip it (our
-        # pid is alive); should we die mid-sweep, the next host takes it over.
-        claimed = os.path.join(base, f"{_WORKDIR_PREFIX}{me}-swept-{secrets.token_hex(4)}")
-        try:
-            os.rename(path, claimed)
-        except OSError:
-            continue  # another host claimed it first
-        if not remove_workdir(claimed, timeout=max(0.0, deadline - time.monotonic())):
-            left.append(claimed)
-
-
-def remove_workdir(path: str | os.PathLike[str], *, timeout: float = 10.0) -> bool:
-    """Remove the directory tree ``path``; True when it is gone, False when some of it is left.
-
-    Made for trees a tool built to be hard to remove, which ``shutil.rmtree``
-    is not (on Python 3.11 it recurses, and raises RecursionError at about
-    a thousand nested folders):
-
-    - iterative, with one open directory fd at a time (descends by opening the
-      child and closing the parent, climbs back with ``..``), so neither the
-      depth of the tree nor the length of its paths matters;
-    - never follows a symlink, nor crosses into another filesystem (a mount);
-    - makes a directory a tool set to mode 0 (or read-only) removable again;
-    - gives up at ``timeout`` seconds, leaving the rest.
-
-    Never raises: a failure is a False, for the caller to log.
-    """
-    try:
-        return _WorkdirRemoval(time.monotonic() + timeout).remove(os.path.abspath(os.fspath(path)))
-    except Exception:
-        return False
-
-
-_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-class _WorkdirRemoval:
-    """One removal: walks down a tree with a single directory fd, bounded by ``deadline``."""
-
-    def __init__(self, deadline: float) -> None:
-        self.deadline = deadline
-        self.complete = True  # False once anything had to be left behind
-
-    def remove(self, path: str) -> bool:
-        parent_path, name = os.path.split(path)
-        if not name:
-            return False  # "/": not a workdir
-        try:
-            parent = os.open(parent_path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return True
-        try:
-            try:
-                top = self._open_dir(name, parent)
-            except FileNotFoundError:
-                return True
-            except OSError as exc:
-                if not _is_symlink_or_file(exc):
-                    raise
-                # A symlink (or a file) where the workdir was: remove the link, never its target.
-                os.unlink(name, dir_fd=parent)
-                return True
-            if top is None:
-                return False
-            self._empty_tree(*top)
-            if self.complete:
-                try:
-                    os.rmdir(name, dir_fd=parent)
-                except FileNotFoundError:
-                    pass  # a concurrent sweep removed it first
-            return self.complete
-        finally:
-            os.close(parent)
-
-    def _expired(self) -> bool:
-        if time.monotonic() > self.deadline:
-            self.complete = False
-            return True
-        return False
-
-    def _open_dir(self, name: str, dir_fd: int, dev: int | None = None) -> tuple[int, os.stat_result] | None:
-        """Open directory ``name`` in ``dir_fd``, never through a symlink, and make it ours to empty.
-
-        None if it is on another filesystem than ``dev`` (a mount: what is
-        mounted there is not the tool's) or its mode cannot be fixed; either
-        leaves it in place.
-        """
-        try:
-            fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-        except PermissionError:
-            # No read permission (a tool's chmod 000). Fixed through an O_PATH
-            # fd, which needs none and is never a symlink's target, so that
-            # the chmod cannot land outside the tree.
-            path_fd = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-            try:
-                os.chmod(f"/proc/self/fd/{path_fd}", 0o700)
-            except OSError:
-                self.complete = False
-                return None
-            finally:
-                os.close(path_fd)
-            fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-        try:
-            st = os.fstat(fd)
-            if st.st_dev != (os.fstat(dir_fd).st_dev if dev is None else dev):
-                self.complete = False
-                os.close(fd)
-                return None
-            if st.st_mode & 0o700 != 0o700:
-                # Unlinking in a directory needs write and search permission on it.
-                os.fchmod(fd, 0o700)
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd, st
-
-    def _scan(self, fd: int) -> list[str] | None:
-        """Unlink every non-directory in ``fd``; return its subdirectories (None once the deadline passed)."""
-        subdirs: list[str] = []
-        with os.scandir(fd) as entries:
-            for entry in entries:
-                if self._expired():
-                    return None
-                try:
-                    if entry.is_dir(follow_symlinks=False):
-                        subdirs.append(entry.name)
-                    else:
-                        os.unlink(entry.name, dir_fd=fd)
-                except IsADirectoryError:  # became a directory since it was listed
-                    subdirs.append(entry.name)
-                except FileNotFoundError:
-                    pass
-                except OSError:
-                    self.complete = False
-        return subdirs
-
-    def _empty_tree(self, top: int, top_st: os.stat_result) -> None:
-        """Remove everything below the directory ``top`` (whose fd this closes)."""
-        fd, here = top, (top_st.st_dev, top_st.st_ino)
-        try:
-            subdirs = self._scan(fd)
-            if subdirs is None:
-                return
-            # One entry per level below ``top``, down to the current directory:
-            # its name in its parent, and its parent's (st_dev, st_ino), to check
-            # that ".." leads back where we came from.
-            path: list[tuple[str, tuple[int, int]]] = []
-            # Per level from ``top``: the subdirectories still to visit.
-            pending: list[list[str]] = [subdirs]
-            # Directories an rmdir found written to after their scan: rescanned once, then left.
-            rescanned: set[tuple[tuple[int, int], str]] = set()
-            while not self._expired():
-                if pending[-1]:
-                    name = pending[-1].pop()
-                    try:
-                        child = self._open_dir(name, fd, here[0])
-                    except FileNotFoundError:
-                        continue
-                    except OSError as exc:
-                        if not _is_symlink_or_file(exc):
-                            raise
-                        try:  # a symlink or a file since it was listed
-                            os.unlink(name, dir_fd=fd)
-                        except FileNotFoundError:
-                            pass
-                        continue
-                    if child is None:
-                        continue
-                    os.close(fd)
-                    path.append((name, here))
-                    fd, here = child[0], (child[1].st_dev, child[1].st_ino)
-                    subdirs = self._scan(fd)
-                    if subdirs is None:
-                        return
-                    pending.append(subdirs)
-                    continue
-                if not path:
-                    return  # back at the top, and it is empty
-                name, identity = path.pop()
-                pending.pop()
-                parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
-                os.close(fd)
-                fd = parent
-                st = os.fstat(fd)
-                here = (st.st_dev, st.st_ino)
-                if here != identity:
-                    # A directory of the tree was moved while we were below it:
-                    # ".." is not where we came from, and nothing there is ours.
-                    self.complete = False
-                    return
-                try:
-                    os.rmdir(name, dir_fd=fd)
-                except FileNotFoundError:
-                    pass
-                except OSError as exc:
-                    key = (identity, name)
-                    if exc.errno == errno.ENOTEMPTY and key not in rescanned:
-                        rescanned.add(key)
-                        pending[-1].append(name)
-                    else:
-                        self.complete = False
-        finally:
-            os.close(fd)
-
-
-def _is_symlink_or_file(exc: OSError) -> bool:
-    # O_NOFOLLOW on a symlink fails with ELOOP; O_DIRECTORY on anything but a directory with ENOTDIR.
-    return exc.errno in (errno.ELOOP, errno.ENOTDIR)
 
 
 def _python_paths() -> list[str]:

@@ -33,6 +33,7 @@ import pytest
 import trio
 
 from runner import Runner, open_runner
+from runner._fuzz_procs import marked_processes as scan_marked
 
 MARK = f"XCSH_RUN_TEST_MARK={uuid.uuid4().hex}"
 os.environ["XCSH_RUN_TEST_MARK"] = MARK.split("=", 1)[1]
@@ -46,26 +47,8 @@ XCSH_RUN = str(Path(sys.executable).parent / "xcsh-run")
 
 def marked_processes() -> list[tuple[int, str]]:
     """Live (non-zombie) processes carrying this session's mark, other than us."""
-    found = []
-    needle = MARK.encode()
-    me = os.getpid()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if needle not in f.read().split(b"\0"):
-                    continue
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-            if state in (b"Z", b"X"):
-                continue
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-        except OSError:
-            continue
-        found.append((int(entry), cmd))
-    return found
+    name, value = MARK.split("=", 1)
+    return [(pid, cmd) for pid, _, cmd in scan_marked(value, name)]
 
 
 def own_cgroup_dirs() -> list[str]:

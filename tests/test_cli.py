@@ -428,3 +428,10 @@ def test_ctrl_c_before_any_command_runs_exits_130_without_a_traceback(
         _cli.main(["add", "--args", "{}"])
     assert exited.value.code == 130
     assert capsys.readouterr().err == "xcsh-run: interrupted by SIGINT\n"
+
+
+def test_every_command_is_known_to_the_tool_shorthand() -> None:
+    """`xcsh-run NAME` runs a tool unless NAME is a command: the list it checks (and reproducers use) is complete."""
+    from runner import _cli
+
+    assert {command.name for command in _cli.app.registered_commands} == set(_cli.COMMANDS)

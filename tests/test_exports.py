@@ -34,3 +34,13 @@ def test_worker_package_imports_nothing_heavy() -> None:
     code = f"import sys, worker._loop, worker.pi; print(sorted(m for m in {heavy} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_import_runner_does_not_import_hypothesis() -> None:
+    """Hypothesis is the `fuzz` extra: the library, and every command but `fuzz`, work without it."""
+    import subprocess
+    import sys
+
+    code = "import sys, runner, runner._cli; print(sorted(m for m in sys.modules if m.startswith('hypothesis')))"
+    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -12,6 +12,7 @@ import os
 import shlex
 import signal
 import subprocess
+import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -21,7 +22,7 @@ import trio
 
 from runner import ConfigError, FuzzReport, assert_fuzz_clean, fuzz_tool
 
-from .conftest import ROOT, XCSH_RUN
+from .conftest import ROOT, TOOLS, XCSH_RUN
 
 BUGGY = str(ROOT / "examples" / "buggy_tool.py")
 WORD_COUNT = str(ROOT / "examples" / "word_count.py")
@@ -237,3 +238,39 @@ def test_ctrl_c_stops_the_run_and_leaves_nothing(tmp_path: Path) -> None:
     assert proc.returncode == 130, out + err
     assert "interrupted by SIGINT" in err
     # The autouse no_survivors fixture checks that no worker outlived the command.
+
+
+# Hypothesis is the `fuzz` extra: these run the CLI and the API in a Python where it cannot be imported.
+WITHOUT_HYPOTHESIS = "import sys; sys.modules['hypothesis'] = None; "
+FUZZ_EXTRA = "pip install 'xcsh-run[fuzz]'"
+
+
+def without_hypothesis(code: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", WITHOUT_HYPOTHESIS + code, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_without_hypothesis_fuzz_says_to_install_the_extra(tmp_path: Path) -> None:
+    cli = "from runner._cli import main; main()"
+    proc = without_hypothesis(cli, "fuzz", "add", "--tools", str(TOOLS / "basic.py"), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert FUZZ_EXTRA in proc.stderr
+    assert "Traceback" not in proc.stderr
+    api = "import runner\ntry:\n    runner.fuzz_tool_sync('add')\nexcept runner.ConfigError as exc:\n    print(exc)"
+    proc = without_hypothesis(api, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert FUZZ_EXTRA in proc.stdout
+
+
+@pytest.mark.parametrize("argv", [["add", "--args", '{"a": 1, "b": 2}'], ["list"]])
+def test_without_hypothesis_every_other_command_works(tmp_path: Path, argv: list[str]) -> None:
+    cli = "from runner._cli import main; main()"
+    proc = without_hypothesis(cli, *argv, "--tools", str(TOOLS / "basic.py"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert ("3" if argv[0] == "add" else "add") in proc.stdout

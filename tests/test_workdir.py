@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from runner._sandbox import make_workdir, remove_workdir, sweep_stale_workdirs
+from runner._workdir import make_workdir, remove_workdir, sweep_stale_workdirs
 
 from ._scale import scaled
 from .conftest import make_runner

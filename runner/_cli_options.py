@@ -1,0 +1,208 @@
+"""The ``xcsh-run`` command's vocabulary: exit codes, the shared options, the sandbox flags, ``--args``.
+
+Everything here is parsing and checking; a wrong value ends the command with
+one line on stderr and exit 2 (:func:`fail`), never a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import os
+import sys
+import typing
+from collections.abc import Callable
+from enum import IntEnum
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import typer
+
+from ._host import DEFAULT_TIMEOUT
+from ._sandbox import LEVELS, SandboxPolicy
+
+
+class ExitCode(IntEnum):
+    """The exit codes of ``xcsh-run TOOL``."""
+
+    OK = 0
+    TOOL_ERROR = 1  # the result is an error (tool_error, crashed, load_error, limit_exceeded, protocol_error)
+    USAGE = 2  # bad flags, malformed --args, invalid arguments, unknown tool
+    TIMEOUT = 124  # like timeout(1)
+    CANCELLED = 130  # like a shell's 128 + SIGINT
+
+
+EXIT_BY_KIND = {
+    None: ExitCode.OK,
+    "invalid_arguments": ExitCode.USAGE,
+    "not_found": ExitCode.USAGE,
+    "timeout": ExitCode.TIMEOUT,
+    "cancelled": ExitCode.CANCELLED,
+}
+
+ToolsOpt = Annotated[
+    list[str] | None,
+    typer.Option("--tools", help="A tool file or folder to add (repeatable); relative to the current directory."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for programs instead of text.")]
+TimeoutOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--timeout", help=f"Seconds before a call is stopped [default: the tool's, else {DEFAULT_TIMEOUT:g}]."
+    ),
+]
+GraceOpt = Annotated[float, typer.Option("--grace", help="Seconds between SIGTERM and the kill when stopping a call.")]
+LogFileOpt = Annotated[
+    str | None,
+    typer.Option("--log-file", help="Where host and tool log records go [~/.local/state/xcsh-run/xcsh-run.log]."),
+]
+LoadTimeoutOpt = Annotated[
+    float, typer.Option("--load-timeout", help="Seconds a module may take to import and run its factory.")
+]
+
+
+_SANDBOX = "Sandbox"
+
+
+class SandboxOptions:
+    """The sandbox flags shared by run, list and serve; see docs/sandbox.md."""
+
+    def __init__(
+        self,
+        level: Annotated[
+            str, typer.Option("--sandbox", help="none, contained or strict.", rich_help_panel=_SANDBOX)
+        ] = "contained",
+        memory_mb: Annotated[
+            int | None, typer.Option("--memory-mb", help="Memory of the tool's whole process tree [1024].")
+        ] = None,
+        cpu_seconds: Annotated[int | None, typer.Option("--cpu-seconds", help="CPU time of a worker [300].")] = None,
+        max_procs: Annotated[int | None, typer.Option("--max-procs", help="Processes in the tree [256].")] = None,
+        open_files: Annotated[int | None, typer.Option("--open-files", help="Open files per process [1024].")] = None,
+        file_size_mb: Annotated[int | None, typer.Option("--file-size-mb", help="Largest file written [1024].")] = None,
+        output_mb: Annotated[
+            int | None, typer.Option("--output-mb", help="stdout+stderr a worker may write [no limit].")
+        ] = None,
+        allow_read: Annotated[
+            list[str] | None, typer.Option("--allow-read", help="strict: another readable path (repeatable).")
+        ] = None,
+        allow_write: Annotated[
+            list[str] | None, typer.Option("--allow-write", help="strict: another writable path (repeatable).")
+        ] = None,
+        allow_exec: Annotated[
+            list[str] | None, typer.Option("--allow-exec", help="strict: a program tools may run (repeatable).")
+        ] = None,
+        allow_env: Annotated[
+            list[str] | None, typer.Option("--allow-env", help="Another environment variable to pass (repeatable).")
+        ] = None,
+        network: Annotated[str, typer.Option("--network", help="strict: off, or netns (also no interfaces).")] = "off",
+        best_effort: Annotated[
+            bool, typer.Option("--sandbox-best-effort", help="Run even where the machine lacks a mechanism.")
+        ] = False,
+    ) -> None:
+        if level not in LEVELS:
+            fail(f"--sandbox must be one of {', '.join(LEVELS)}, got {level!r}")
+        if network not in ("off", "netns"):
+            fail(f"--network must be off or netns, got {network!r}")
+        base = SandboxPolicy(level=level)  # type: ignore[arg-type]
+        limits = {
+            "memory_mb": memory_mb, "cpu_seconds": cpu_seconds, "max_procs": max_procs, "open_files": open_files,
+            "file_size_mb": file_size_mb, "output_mb": output_mb,
+        }  # fmt: skip
+        for name, value in limits.items():
+            if value is not None and value <= 0:
+                fail(f"--{name.replace('_', '-')} must be a positive number, got {value}")
+        self.policy = base.replace(
+            **{k: v for k, v in limits.items() if v is not None},
+            extra_read_paths=tuple(os.path.abspath(p) for p in allow_read or ()),
+            extra_write_paths=tuple(os.path.abspath(p) for p in allow_write or ()),
+            allow_exec=tuple(allow_exec or ()),
+            env_allow=tuple(allow_env or ()),
+            network=network,
+            best_effort=best_effort,
+        )
+
+
+F = TypeVar("F", bound=Callable[..., None])
+
+
+def with_sandbox_options(command: F) -> F:
+    """Give ``command`` the sandbox flags; it receives them as one ``sandbox: SandboxPolicy``.
+
+    The flags are declared once, on :class:`SandboxOptions`; typer reads the
+    combined signature and annotations set here.
+    """
+    own = inspect.signature(command)
+    hints = typing.get_type_hints(command, include_extras=True)
+    option_hints = typing.get_type_hints(SandboxOptions.__init__, include_extras=True)
+    options = [p for p in inspect.signature(SandboxOptions.__init__).parameters.values() if p.name != "self"]
+    names = [p.name for p in options]
+
+    @functools.wraps(command)
+    def wrapper(**kwargs: Any) -> None:
+        policy = SandboxOptions(**{name: kwargs.pop(name) for name in names}).policy
+        command(sandbox=policy, **kwargs)
+
+    # inspect.signature() returns a __signature__ as it is (no eval_str), so
+    # the annotations must already be evaluated for typer to see its Options.
+    params = [p.replace(annotation=hints[p.name]) for p in own.parameters.values() if p.name != "sandbox"]
+    options = [p.replace(annotation=option_hints[p.name], kind=inspect.Parameter.KEYWORD_ONLY) for p in options]
+    wrapper.__signature__ = own.replace(parameters=[*params, *options], return_annotation=None)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {
+        **{k: v for k, v in hints.items() if k not in ("sandbox", "return")},
+        **{name: option_hints[name] for name in names},
+    }
+    del wrapper.__wrapped__  # typer must see the combined signature, not the original
+    return wrapper  # type: ignore[return-value]
+
+
+def check_seconds(**durations: float | None) -> None:
+    """Usage error (exit 2) for a duration flag that is not a positive number of seconds."""
+    for name, value in durations.items():
+        if value is not None and not value > 0:
+            fail(f"--{name.replace('_', '-')} must be a positive number of seconds, got {value:g}")
+
+
+def fail(message: str, code: int = ExitCode.USAGE) -> NoReturn:
+    typer.echo(f"xcsh-run: {message}", err=True)
+    raise typer.Exit(int(code))
+
+
+def json_error(label: str, text: str, exc: json.JSONDecodeError) -> NoReturn:
+    lines = text.splitlines() or [""]
+    line = lines[exc.lineno - 1] if 0 < exc.lineno <= len(lines) else ""
+    caret = " " * (exc.colno - 1) + "^"
+    fail(
+        f"{label} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}\n"
+        f"  {line}\n  {caret}\n"
+        'Pass one JSON object, with double-quoted keys and strings, e.g. --args \'{"glob": "*.py"}\'.'
+    )
+
+
+def parse_arguments(args: str | None, args_file: str | None) -> dict[str, Any]:
+    """Read the call's arguments from ``--args``/``--args-file`` (``-`` is stdin)."""
+    if args is not None and args_file is not None:
+        fail("give either --args or --args-file, not both")
+    label = "--args"
+    if args_file is not None:
+        label = "--args-file" if args_file != "-" else "stdin"
+        if args_file == "-":
+            text = sys.stdin.read()
+        else:
+            try:
+                with open(args_file, encoding="utf-8") as f:
+                    text = f.read()
+            except OSError as exc:
+                fail(f"cannot read --args-file {args_file!r}: {exc.strerror}")
+    elif args == "-":
+        label, text = "stdin", sys.stdin.read()
+    elif args is None:
+        return {}
+    else:
+        text = args
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        json_error(label, text, exc)
+    if not isinstance(value, dict):
+        fail(f'{label} must be a JSON object like \'{{"key": "value"}}\', got a JSON {type(value).__name__}')
+    return value

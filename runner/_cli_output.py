@@ -1,0 +1,76 @@
+"""What the ``xcsh-run`` commands print: results, the live status line, warnings, where a tool came from."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from typing import Any
+
+import typer
+
+from ._results import ToolResult
+
+
+class Status:
+    """Live partial results on a terminal: one status line on stderr, redrawn in place."""
+
+    FRAMES = "|/-\\"
+
+    def __init__(self) -> None:
+        self.enabled = sys.stderr.isatty()
+        self._frame = 0
+        self._shown = False
+
+    def update(self, partial: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        texts = [b.get("text", "") for b in partial.get("content", []) if b.get("type") == "text"]
+        line = (texts[-1].splitlines() or [""])[-1] if texts else ""
+        width = shutil.get_terminal_size((80, 20)).columns - 3
+        self._frame = (self._frame + 1) % len(self.FRAMES)
+        sys.stderr.write(f"\r\x1b[K{self.FRAMES[self._frame]} {line[:width]}")
+        sys.stderr.flush()
+        self._shown = True
+
+    def clear(self) -> None:
+        if self._shown:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+            self._shown = False
+
+
+def emit_ndjson(kind: str, payload: dict[str, Any]) -> None:
+    """One ``--stream`` line on stdout: ``{"type": kind, ...payload}``."""
+    sys.stdout.write(json.dumps({"type": kind, **payload}, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def print_text(result: ToolResult) -> None:
+    """A result for people: its text on stdout; an error, and the worker's last stderr lines, on stderr."""
+    for block in result.content:
+        if result.is_error:
+            continue
+        if block.get("type") == "text":
+            typer.echo(block["text"])
+        elif block.get("type") == "image":
+            typer.echo(f"[image {block.get('mimeType')}, {len(block.get('data', ''))} base64 chars]")
+    if result.error is not None:
+        err = result.error
+        typer.echo(f"xcsh-run: {err.kind}: {err.message}", err=True)
+        if err.stderr_tail and err.kind in ("crashed", "load_error", "protocol_error"):
+            tail = err.stderr_tail.rstrip().splitlines()[-10:]
+            typer.echo("  worker stderr (last lines):\n    " + "\n    ".join(tail), err=True)
+
+
+def warn(warnings: list[str]) -> None:
+    """Each warning, one line on stderr."""
+    for warning in warnings:
+        typer.echo(f"xcsh-run: warning: {warning}", err=True)
+
+
+def source_label(item: dict[str, Any]) -> str:
+    """Where a listed tool or load error came from: ``"<provider>, <level>"``."""
+    source = item["source"]
+    name = source["provider_name"] if source["provider"] in ("claude-plugins", "plugin") else source["provider"]
+    return f"{name}, {source['level']}"
