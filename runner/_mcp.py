@@ -45,31 +45,34 @@ import math
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
 import trio
 
+from worker._connection import NotificationDropped, NotificationReceived, RequestReceived, RequestRefused
+from worker._messages import ErrorCode, ErrorObject, LocalProtocolError, Message, RemoteProtocolError
+
 from ._errors import ConfigError
 from ._host import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT, Runner, ToolInfo
+from ._mcp_methods import (
+    CANCELLED,
+    INITIALIZE,
+    INITIALIZED,
+    PING,
+    PROGRESS,
+    TOOLS_CALL,
+    TOOLS_LIST,
+    TOOLS_LIST_CHANGED,
+    server_connection,
+)
 from ._mcp_reload import Runners
 from ._mcp_render import META_ERROR, Progress, render_result, render_tools
-from ._mcp_transport import (
-    DEFAULT_MAX_MESSAGE_BYTES,
-    FLUSH_TIMEOUT,
-    INTERNAL_ERROR,
-    INVALID_PARAMS,
-    INVALID_REQUEST,
-    METHOD_NOT_FOUND,
-    LineTransport,
-    RequestId,
-    error_message,
-    notification,
-    take_over_stdio,
-    valid_id,
-)
+from ._mcp_transport import DEFAULT_MAX_MESSAGE_BYTES as DEFAULT_MAX_MESSAGE_BYTES
+from ._mcp_transport import FLUSH_TIMEOUT, LineTransport, RequestId, error_line, take_over_stdio, valid_id
 from ._results import ErrorKind, error_result
 from ._sandbox import SandboxPolicy
+from ._signals import watching_signals
 
 logger = logging.getLogger("xcsh_run.mcp")
 
@@ -96,7 +99,11 @@ class _RpcError(Exception):
 
 
 class _Request:
-    """One request in flight: what a ``notifications/cancelled`` needs to stop it."""
+    """One request in flight: what a ``notifications/cancelled`` needs to stop it.
+
+    Which requests are in flight, and that each is answered once, is the
+    connection's business; this is the task's side: its scope and its call.
+    """
 
     __slots__ = ("id", "method", "params", "cancelled", "scope", "runner", "call_id")
 
@@ -155,9 +162,15 @@ class McpServer:
         self._transport = LineTransport(
             max_message_bytes=max_message_bytes, on_message=self._on_message, on_broken=self._stop
         )
+        self._conn = server_connection()
+        self._routes: dict[str, Callable[[_Request], Awaitable[dict[str, Any]]]] = {
+            INITIALIZE.name: self._initialize,
+            PING.name: self._ping,
+            TOOLS_LIST.name: self._tools_list,
+            TOOLS_CALL.name: self._tools_call,
+        }
         self._version = LATEST_PROTOCOL_VERSION
-        self._initialized = False
-        self._inflight: dict[RequestId, _Request] = {}
+        self._tasks: dict[RequestId, _Request] = {}
         self._requests: trio.Nursery | None = None
         self._read_scope = trio.CancelScope()
         self._closing: str | None = None  # why the server is stopping, once it is
@@ -170,23 +183,31 @@ class McpServer:
     ) -> None:
         """Serve until ``receive`` ends (or a signal, or a broken ``send``); then stop every call.
 
-        Returns only once every worker of every runner is gone.
+        With ``handle_signals``, SIGTERM and SIGINT stop the server the same
+        way (and set :attr:`stopped_by`). Returns only once every worker of
+        every runner is gone.
         """
+        if not handle_signals:
+            await self._serve(receive, send)
+            return
+        async with watching_signals() as signals:
+            with signals.handled_by(self._on_signal):
+                await self._serve(receive, send)
+
+    async def _serve(self, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream) -> None:
         async with trio.open_nursery() as outer:
-            writer_scope, signals_scope = trio.CancelScope(), trio.CancelScope()
+            writer_scope = trio.CancelScope()
             outer.start_soon(self._write, send, writer_scope)
             # Runners live in `outer`: they outlast the calls made on them.
             outer.start_soon(self._runners.run, outer)
-            if handle_signals:
-                outer.start_soon(self._watch_signals, signals_scope)
             async with trio.open_nursery() as requests:
                 self._requests = requests
                 with self._read_scope:
                     await self._transport.read(receive, requests)
                     self._closing = "stdin closed"
                 self._wind_down(requests)
-            signals_scope.cancel()
             self._runners.retire_all()
+            self._conn.close()
             # What is queued still goes out, for a bounded time; then the writer stops.
             self._transport.close()
             writer_scope.deadline = trio.current_time() + FLUSH_TIMEOUT
@@ -210,69 +231,82 @@ class McpServer:
         is bounded: what is still running after the ladder and a load's time
         is cancelled outright.
         """
-        logger.info("stopping: %s; %d request(s) in flight", self._closing, len(self._inflight))
+        logger.info("stopping: %s; %d request(s) in flight", self._closing, len(self._tasks))
         # No more (re)loads; requests waiting for one are let through, to find `_closing` set.
         self._runners.stop()
         why = f"the MCP server is shutting down: {self._closing}"
-        for request in list(self._inflight.values()):
+        for request in list(self._tasks.values()):
             if request.runner is not None and request.call_id is not None:
                 request.runner.cancel(request.call_id, why)
         requests.cancel_scope.deadline = trio.current_time() + self._grace + self._load_timeout + 2.0
 
-    async def _watch_signals(self, scope: trio.CancelScope) -> None:
-        with scope, trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async for signum in signals:
-                self.stopped_by = signal.Signals(signum)
-                self._stop(f"received {self.stopped_by.name}")
+    def _on_signal(self, sig: signal.Signals) -> bool:
+        self.stopped_by = sig
+        self._stop(f"received {sig.name}")
+        return True  # taken: the server winds its calls down itself
 
     async def _on_reloaded(self, before: list[ToolInfo], after: list[ToolInfo]) -> None:
-        if self._initialized and render_tools(before, self._version) != render_tools(after, self._version):
-            await self._transport.send(notification("notifications/tools/list_changed"))
+        # Sent only once the client said notifications/initialized (the table's rule).
+        if self._conn.state in TOOLS_LIST_CHANGED.allowed and render_tools(before, self._version) != render_tools(
+            after, self._version
+        ):
+            await self._transport.send(self._conn.send_notification(TOOLS_LIST_CHANGED, {}))
+
+    async def _send_progress(self, params: dict[str, Any]) -> None:
+        await self._transport.send(self._conn.send_notification(PROGRESS, params))
 
     # --- incoming messages ------------------------------------------------------
 
-    def _on_message(self, message: dict[str, Any]) -> None:
+    def _on_message(self, message: Message) -> None:
         """A request or a notification from the transport. Runs in the read loop, so it never blocks."""
-        method: str = message["method"]
-        params = message.get("params")
-        if "id" not in message:
-            self._on_notification(method, params)
+        try:
+            self._conn.receive_message(message)
+            event = self._conn.next_event()
+        except (LocalProtocolError, RemoteProtocolError) as exc:  # pragma: no cover - see _mcp_methods
+            # Out of reach with this table (notifications take any params, and
+            # responses never get here); should it happen, stop cleanly.
+            logger.error("the MCP connection failed: %s", exc)
+            self._stop(f"protocol error: {exc}")
             return
-        request_id: RequestId = message["id"]
-        if params is None:
-            params = {}
-        if not isinstance(params, dict):
-            reply = error_message(request_id, INVALID_PARAMS, f'invalid params: "params" of {method} must be an object')
-            self._transport.send_soon(reply)
-            return
-        if request_id in self._inflight:
-            why = f"invalid request: id {request_id!r} is already in use by a request in flight"
-            self._transport.send_soon(error_message(request_id, INVALID_REQUEST, why))
-            return
-        request = _Request(request_id, method, params)
-        # Registered before its task starts, so a cancellation that follows on
-        # the next line always finds it.
-        self._inflight[request_id] = request
-        assert self._requests is not None
-        self._requests.start_soon(self._handle, request)
+        if isinstance(event, RequestReceived):
+            request = _Request(event.id, event.method.name, event.params)
+            # Registered before its task starts, so a cancellation that follows
+            # on the next line always finds it.
+            self._tasks[event.id] = request
+            assert self._requests is not None
+            self._requests.start_soon(self._handle, request)
+        elif isinstance(event, RequestRefused):
+            self._transport.send_soon(error_line(event.id, event.error.code, self._refusal(event)))
+        elif isinstance(event, NotificationReceived):
+            # Notifications are never answered, not even when malformed.
+            if event.method is CANCELLED and isinstance(event.params, dict):
+                self._cancel(event.params.get("requestId"), event.params.get("reason"))
+            elif event.method is INITIALIZED:
+                logger.debug("the client is initialized")
+        elif isinstance(event, NotificationDropped):
+            logger.debug("ignored notification %s (%s)", event.method_name, event.reason)
 
-    def _on_notification(self, method: str, params: object) -> None:
-        # Notifications are never answered, not even when malformed.
-        if method == "notifications/initialized":
-            self._initialized = True
-        elif method == "notifications/cancelled":
-            if isinstance(params, dict):
-                self._cancel(params.get("requestId"), params.get("reason"))
-        else:
-            logger.debug("ignored notification %s", method)
+    def _refusal(self, refused: RequestRefused) -> str:
+        """The connection's refusal, in this server's words."""
+        code = refused.error.code
+        if code == ErrorCode.METHOD_NOT_FOUND:
+            # server/discover lands here on purpose: "method not found" is how a
+            # 2026-07-28 client learns to fall back to the initialize handshake.
+            return f"method not found: {refused.method_name}"
+        if code == ErrorCode.INVALID_PARAMS:
+            # Every JSON object decodes as the table's params: what failed is not one.
+            return f'invalid params: "params" of {refused.method_name} must be an object'
+        if refused.id in self._tasks:
+            return f"invalid request: id {refused.id!r} is already in use by a request in flight"
+        return f"invalid request: {refused.error.message}"
 
     def _cancel(self, request_id: object, reason: object) -> None:
         if not valid_id(request_id):
             return
-        request = self._inflight.get(request_id)
+        request = self._tasks.get(request_id)
         # Unknown or finished requests are ignored (the response may already
         # be on its way); initialize MUST NOT be cancelled.
-        if request is None or request.method == "initialize":
+        if request is None or request.method == INITIALIZE.name:
             return
         why = reason if isinstance(reason, str) and reason else "cancelled by the MCP client"
         request.cancelled = True
@@ -285,51 +319,53 @@ class McpServer:
     # --- requests ----------------------------------------------------------------
 
     async def _handle(self, request: _Request) -> None:
-        response: dict[str, Any] | None = None
+        result: dict[str, Any] | None = None
+        error: ErrorObject | None = None
         try:
             with trio.CancelScope() as scope:
                 request.scope = scope
                 if request.cancelled:
                     scope.cancel()
                 try:
-                    result = await self._route(request)
-                    response = {"jsonrpc": "2.0", "id": request.id, "result": result}
+                    result = await self._routes[request.method](request)
                 except _RpcError as exc:
-                    response = error_message(request.id, exc.code, str(exc))
+                    error = ErrorObject(code=exc.code, message=str(exc))
                 except Exception as exc:
                     logger.exception("request %r (%s) failed", request.id, request.method)
-                    response = error_message(request.id, INTERNAL_ERROR, f"internal error: {exc!r}")
+                    error = ErrorObject(code=ErrorCode.INTERNAL_ERROR, message=f"internal error: {exc!r}")
         finally:
-            self._inflight.pop(request.id, None)
+            self._tasks.pop(request.id, None)
         if request.cancelled:
             # The spec: the receiver of a cancellation does not answer the request.
+            self._withhold(request.id)
             logger.info("request %r (%s) ended after its cancellation; no response sent", request.id, request.method)
             return
-        assert response is not None
-        await self._transport.send(response)
+        await self._transport.send(self._answer(request.id, result, error))
 
-    async def _route(self, request: _Request) -> dict[str, Any]:
-        method = request.method
-        if method == "initialize":
-            return self._initialize(request.params)
-        if method == "ping":
-            return {}
-        if method == "tools/list":
-            return await self._tools_list(request.params)
-        if method == "tools/call":
-            return await self._tools_call(request)
-        # server/discover lands here on purpose: "method not found" is how a
-        # 2026-07-28 client learns to fall back to the initialize handshake.
-        raise _RpcError(METHOD_NOT_FOUND, f"method not found: {method}")
+    def _answer(self, request_id: RequestId, result: dict[str, Any] | None, error: ErrorObject | None) -> bytes:
+        if error is None:
+            try:
+                return self._conn.send_result(request_id, result)
+            except LocalProtocolError as exc:  # pragma: no cover - every value came from JSON
+                logger.error("cannot encode a result (%s); sending an internal error instead", exc)
+                error = ErrorObject(code=ErrorCode.INTERNAL_ERROR, message=f"unencodable message: {exc}")
+        return self._conn.send_error_object(request_id, error)
 
-    def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
+    def _withhold(self, request_id: RequestId) -> None:
+        # The connection counts every request until it is answered, and has no
+        # way to say "answered by silence": an answer is made, and not written.
+        self._conn.send_error_object(request_id, ErrorObject(code=ErrorCode.CANCELLED, message="cancelled"))
+
+    async def _initialize(self, request: _Request) -> dict[str, Any]:
         from ._version import __version__
 
-        asked = params.get("protocolVersion")
+        asked = request.params.get("protocolVersion")
         if not isinstance(asked, str):
-            raise _RpcError(INVALID_PARAMS, "invalid params: initialize needs params.protocolVersion, a string")
+            raise _RpcError(
+                ErrorCode.INVALID_PARAMS, "invalid params: initialize needs params.protocolVersion, a string"
+            )
         self._version = asked if asked in SUPPORTED_PROTOCOL_VERSIONS else LATEST_PROTOCOL_VERSION
-        client = params.get("clientInfo")
+        client = request.params.get("clientInfo")
         logger.info(
             "initialize from %s: asked for %s, speaking %s",
             client.get("name", "?") if isinstance(client, dict) else "?",
@@ -344,9 +380,14 @@ class McpServer:
             f"with their kind in _meta[{META_ERROR!r}].",
         }
 
-    async def _tools_list(self, params: dict[str, Any]) -> dict[str, Any]:
-        if params.get("cursor") is not None:
-            raise _RpcError(INVALID_PARAMS, "invalid params: unknown cursor (tools/list is never paginated here)")
+    async def _ping(self, request: _Request) -> dict[str, Any]:
+        return {}
+
+    async def _tools_list(self, request: _Request) -> dict[str, Any]:
+        if request.params.get("cursor") is not None:
+            raise _RpcError(
+                ErrorCode.INVALID_PARAMS, "invalid params: unknown cursor (tools/list is never paginated here)"
+            )
         await self._runners.first_load.wait()  # the first load runs in the background
         return {"tools": render_tools(self._runners.tools, self._version)}
 
@@ -354,7 +395,7 @@ class McpServer:
         params = request.params
         name = params.get("name")
         if not isinstance(name, str):
-            raise _RpcError(INVALID_PARAMS, 'invalid params: tools/call needs "name", a string')
+            raise _RpcError(ErrorCode.INVALID_PARAMS, 'invalid params: tools/call needs "name", a string')
         arguments = params.get("arguments")
         meta = params.get("_meta")
         token = meta.get("progressToken") if isinstance(meta, dict) else None
@@ -372,7 +413,7 @@ class McpServer:
         request.runner, request.call_id = generation.runner, call_id
         with generation.in_use():
             async with trio.open_nursery() as nursery:
-                progress = Progress(token, self._transport.send) if valid_id(token) else None
+                progress = Progress(token, self._send_progress) if valid_id(token) else None
                 if progress is not None:
                     nursery.start_soon(progress.pump)
                 try:

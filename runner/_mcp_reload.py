@@ -40,6 +40,7 @@ logger = logging.getLogger("xcsh_run.mcp")
 # The file poll looks at most at this many files inside package folders.
 _MAX_WATCHED_FILES: Final = 2000
 
+
 class Generation:
     """One loaded runner, and the calls running on it."""
 

@@ -10,7 +10,7 @@ import msgspec
 import trio
 
 from ._host import ToolInfo
-from ._mcp_transport import RequestId, notification
+from ._mcp_transport import RequestId
 from ._results import ToolResult
 
 logger = logging.getLogger("xcsh_run.mcp")
@@ -90,7 +90,7 @@ def partial_text(partial: Mapping[str, Any]) -> str:
 
 
 class Progress:
-    """Turns one call's ``on_update`` partials into ``notifications/progress``.
+    """Turns one call's ``on_update`` partials into ``notifications/progress`` params for ``send``.
 
     ``on_update`` runs synchronously on the host's loop and must not block, so
     it only records the latest partial; a pump task writes it. When the client
@@ -126,6 +126,6 @@ class Progress:
                 params: dict[str, Any] = {"progressToken": self._token, "progress": count}
                 if text:
                     params["message"] = text
-                await self._send(notification("notifications/progress", params))
+                await self._send(params)
             if self._closed and self._pending is None:
                 return

@@ -2,7 +2,9 @@
 
 UTF-8 JSON, one message per line, nothing but protocol on the output. This
 module knows lines and JSON-RPC envelopes, not MCP: it hands each well-formed
-request and notification to its owner and answers malformed input itself.
+request and notification to its owner, as the shared protocol's typed
+``Request`` / ``Notification`` (which the owner's ``Connection`` takes), and
+answers malformed input itself. It writes bytes it is given, in order.
 
 Rules:
 
@@ -19,7 +21,8 @@ Rules:
    fails that request instead of waiting forever.
 4. Malformed input gets a JSON-RPC error (-32700, -32600) and the transport
    keeps reading; notifications are never answered, not even malformed ones;
-   responses are ignored (the server sends no requests).
+   responses are ignored (the server sends no requests), and so never reach
+   the connection, for which an answer to no request breaks the protocol.
 5. The read loop never blocks on a message: classification is synchronous,
    and error answers are sent from tasks of their own.
 """
@@ -36,15 +39,12 @@ from typing import Any, Final, TypeGuard
 import msgspec
 import trio
 
+from worker._frames import encode_line
+from worker._messages import ErrorCode, ErrorObject, ErrorResponse, Message, Notification, Request
+
 logger = logging.getLogger("xcsh_run.mcp")
 
 DEFAULT_MAX_MESSAGE_BYTES: Final = 16 * 2**20
-
-PARSE_ERROR: Final = -32700
-INVALID_REQUEST: Final = -32600
-METHOD_NOT_FOUND: Final = -32601
-INVALID_PARAMS: Final = -32602
-INTERNAL_ERROR: Final = -32603
 
 _READ_CHUNK: Final = 65536
 # Outgoing messages wait here for the writer task (rule 2).
@@ -61,7 +61,24 @@ _LEADING_ID: Final = re.compile(
 )
 
 RequestId = str | int
-_encoder = msgspec.json.Encoder()
+
+
+class _Envelope(msgspec.Struct):
+    # Every member untyped, so that one decode accepts any object and the
+    # checks below can answer with the id when there is a usable one. UNSET
+    # keeps "absent" apart from null.
+    jsonrpc: Any = msgspec.UNSET
+    id: Any = msgspec.UNSET
+    method: Any = msgspec.UNSET
+    params: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    result: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    error: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+
+
+# A line is one JSON value; only an object can be a message. Params stay raw:
+# the connection decodes them once, into its method's type.
+_LINE: Final = msgspec.json.Decoder(_Envelope | list[msgspec.Raw] | str | int | float | bool | None)
+_NO_PARAMS: Final = msgspec.Raw(b"{}")
 
 
 def valid_id(value: object) -> TypeGuard[RequestId]:
@@ -69,32 +86,30 @@ def valid_id(value: object) -> TypeGuard[RequestId]:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
-def error_message(request_id: RequestId | None, code: int, message: str) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+def error_line(request_id: RequestId | None, code: int, message: str) -> bytes:
+    """An error answer with no ``data``, as one line."""
+    return encode_line(ErrorResponse(id=request_id, error=ErrorObject(code=int(code), message=message)))
 
 
-def notification(method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-    if params is not None:
-        message["params"] = params
-    return message
+def _params(raw: msgspec.Raw | msgspec.UnsetType) -> msgspec.Raw:
+    # Absent or null params are no params: an empty object.
+    return _NO_PARAMS if isinstance(raw, msgspec.UnsetType) or bytes(raw) == b"null" else raw
 
 
 class LineTransport:
     """Reads and writes newline-delimited JSON-RPC; classifies what it reads.
 
-    ``on_message`` receives every JSON-RPC 2.0 request or notification as a
-    dict whose ``method`` is a string and whose ``id``, when present, is valid;
-    it runs in the read loop and must not block. ``on_broken`` is told once the
-    output fails. Error answers to malformed input go out through tasks started
-    in ``nursery``.
+    ``on_message`` receives every well-formed request (with a valid id) and
+    notification; it runs in the read loop and must not block. ``on_broken``
+    is told once the output fails. Error answers to malformed input go out
+    through tasks started in the nursery given to :meth:`read`.
     """
 
     def __init__(
         self,
         *,
         max_message_bytes: int,
-        on_message: Callable[[dict[str, Any]], None],
+        on_message: Callable[[Message], None],
         on_broken: Callable[[str], None],
     ) -> None:
         self._max_message = max_message_bytes
@@ -117,22 +132,17 @@ class LineTransport:
                 broken = True
                 self._on_broken(f"stdout is closed ({exc!r})")
 
-    async def send(self, message: dict[str, Any]) -> None:
-        try:
-            data = _encoder.encode(message) + b"\n"
-        except (TypeError, msgspec.EncodeError) as exc:  # pragma: no cover - every value came from JSON
-            logger.error("cannot encode a message (%s); sending an internal error instead", exc)
-            reply = error_message(message.get("id"), INTERNAL_ERROR, f"unencodable message: {exc}")
-            data = _encoder.encode(reply) + b"\n"
+    async def send(self, data: bytes) -> None:
+        """Queue one encoded line for the writer; waits while the queue is full (rule 2)."""
         try:
             await self._out_send.send(data)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             pass  # shutting down: nobody is listening any more
 
-    def send_soon(self, message: dict[str, Any]) -> None:
+    def send_soon(self, data: bytes) -> None:
         """Send from a task of its own, for callers that must not block (rule 5)."""
         assert self._nursery is not None
-        self._nursery.start_soon(self.send, message)
+        self._nursery.start_soon(self.send, data)
 
     def close(self) -> None:
         """No more messages: the writer ends once what is queued is written."""
@@ -191,7 +201,7 @@ class LineTransport:
                 request_id = value
         logger.warning("rejected a message of %d bytes (limit %d bytes)", size, self._max_message)
         limit = f"the limit is {self._max_message} bytes (--max-message-bytes)"
-        self.send_soon(error_message(request_id, INVALID_REQUEST, f"message too large: {size} bytes; {limit}"))
+        self.send_soon(error_line(request_id, ErrorCode.INVALID_REQUEST, f"message too large: {size} bytes; {limit}"))
 
     def _classify(self, line: bytes) -> None:
         """Hand one line to the owner if it is a request or a notification; answer it if it is malformed."""
@@ -199,35 +209,36 @@ class LineTransport:
         if not line:
             return
         try:
-            message = msgspec.json.decode(line)
+            message = _LINE.decode(line)
         except (msgspec.DecodeError, RecursionError) as exc:
             # msgspec raises RecursionError (not DecodeError) for deep nesting like `[[[[...`.
-            self.send_soon(error_message(None, PARSE_ERROR, f"parse error: {exc}"))
+            self.send_soon(error_line(None, ErrorCode.PARSE_ERROR, f"parse error: {exc}"))
             return
-        if not isinstance(message, dict):
+        if not isinstance(message, _Envelope):
             what = "batches are not supported" if isinstance(message, list) else f"got a JSON {type(message).__name__}"
             self._invalid(None, f"a message is one JSON object; {what}")
             return
-        raw_id = message.get("id")
-        request_id = raw_id if valid_id(raw_id) else None
-        method = message.get("method")
-        if message.get("jsonrpc") != "2.0":
+        request_id = message.id if valid_id(message.id) else None
+        method = message.method
+        if message.jsonrpc != "2.0":
             # Not a JSON-RPC 2.0 message at all, so not a notification either: answered.
             self._invalid(request_id, '"jsonrpc" must be "2.0"')
-        elif method is None:
-            if "result" in message or "error" in message:
-                logger.debug("ignored a response (id %r): the server sent no request", raw_id)
+        elif method is msgspec.UNSET:
+            if message.result is not msgspec.UNSET or message.error is not msgspec.UNSET:
+                logger.debug("ignored a response (id %r): the server sent no request", message.id)
             else:
                 self._invalid(request_id, 'no "method"')
         elif not isinstance(method, str):
             self._invalid(request_id, '"method" must be a string')
-        elif "id" in message and request_id is None:
-            self._invalid(None, f'"id" must be a string or an integer, got {raw_id!r}')
+        elif message.id is msgspec.UNSET:
+            self._on_message(Notification(method=method, params=_params(message.params)))
+        elif request_id is None:
+            self._invalid(None, f'"id" must be a string or an integer, got {message.id!r}')
         else:
-            self._on_message(message)
+            self._on_message(Request(id=request_id, method=method, params=_params(message.params)))
 
     def _invalid(self, request_id: RequestId | None, why: str) -> None:
-        self.send_soon(error_message(request_id, INVALID_REQUEST, f"invalid request: {why}"))
+        self.send_soon(error_line(request_id, ErrorCode.INVALID_REQUEST, f"invalid request: {why}"))
 
 
 def take_over_stdio() -> tuple[int, int]:
