@@ -33,6 +33,9 @@ What is mapped how:
   the runners and returns once no worker is left.
 
 Layout: ``_mcp_transport`` (lines, the writer task, malformed input),
+``_mcp_methods`` (the method table of the shared sans-io ``Connection``, which
+keeps the JSON-RPC books: ids in flight, duplicates, one answer per request,
+unknown methods, params that are not an object, the lifecycle),
 ``_mcp_render`` (tools, results and progress on the wire), ``_mcp_reload``
 (runners and their generations); this module is the MCP application.
 """
