@@ -79,6 +79,7 @@ class _Envelope(msgspec.Struct):
 # the connection decodes them once, into its method's type.
 _LINE: Final = msgspec.json.Decoder(_Envelope | list[msgspec.Raw] | str | int | float | bool | None)
 _NO_PARAMS: Final = msgspec.Raw(b"{}")
+_NULL: Final = msgspec.Raw(b"null")
 
 
 def valid_id(value: object) -> TypeGuard[RequestId]:
@@ -93,7 +94,7 @@ def error_line(request_id: RequestId | None, code: int, message: str) -> bytes:
 
 def _params(raw: msgspec.Raw | msgspec.UnsetType) -> msgspec.Raw:
     # Absent or null params are no params: an empty object.
-    return _NO_PARAMS if isinstance(raw, msgspec.UnsetType) or bytes(raw) == b"null" else raw
+    return _NO_PARAMS if isinstance(raw, msgspec.UnsetType) or raw == _NULL else raw
 
 
 class LineTransport:
