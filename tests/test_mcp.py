@@ -15,6 +15,7 @@ test that leaves one behind.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -26,11 +27,14 @@ from typing import Any
 import mcp_types
 import pytest
 import trio
+import trio.testing
 from mcp import ClientSession, StdioServerParameters
 from mcp.client import Client
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
+
+from runner import open_runner
 
 from .conftest import TOOLS, XCSH_RUN, marked_processes
 
@@ -383,6 +387,148 @@ async def test_tools_list_changed_when_tool_files_change(tmp_path: Path) -> None
             assert await names(s) == {"alpha": "first, edited"}
             result = await s.call_tool("beta", {})
             assert error_of(result)["kind"] == "not_found"
+
+
+# A tool module whose `gate` waits, after its first update, until the test
+# writes to a FIFO: an event across processes, with no sleep.
+GATED = """
+import os
+
+from worker.pi import CustomTool
+
+OBJ = {{"type": "object"}}
+
+
+def factory(api):
+    def gate(tcid, params, on_update, ctx, signal_):
+        on_update({{"content": [{{"type": "text", "text": f"started {{os.getpid()}}"}}], "details": None}})
+        with open({fifo!r}) as f:
+            return f"{{f.read()}} on {version}"
+
+    def version(tcid, params, on_update, ctx, signal_):
+        return "{version}"
+
+    return [
+        CustomTool(name="gate", description="Waits, {version}", parameters=OBJ, execute=gate),
+        CustomTool(name="version", description="Says its version", parameters=OBJ, execute=version),
+    ]
+"""
+
+
+async def test_a_reload_serves_new_calls_while_calls_in_flight_finish_on_the_old_runner(tmp_path: Path) -> None:
+    folder = tmp_path / "tools"
+    folder.mkdir()
+    fifo = tmp_path / "gate"
+    os.mkfifo(fifo)
+    (folder / "gated.py").write_text(GATED.format(fifo=str(fifo), version="v1"))
+    changed = trio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            changed.set()
+
+    with trio.fail_after(DEADLINE * 2):
+        async with session(str(folder), message_handler=on_message) as s:
+            async with trio.open_nursery() as nursery:
+                _, message, results = await start_busy(nursery, s, "gate")
+                old_worker = int(message.split()[1])
+                (folder / "gated.py").write_text(GATED.format(fifo=str(fifo), version="v2"))
+                await changed.wait()  # sent once the new runner serves
+                # A new call runs on the new runner and completes while the old one still waits at its gate.
+                assert text_of(await s.call_tool("version", {})) == "v2"
+                assert results == []
+                # Opening the FIFO for writing waits for its reader: the old call's worker.
+                await trio.to_thread.run_sync(fifo.write_text, "opened", abandon_on_cancel=True)
+            # The nursery waited for the old call: it finished, on the old runner.
+            assert text_of(results[0]) == "opened on v1"
+            # That runner closes once its last call ended, while the server keeps serving.
+            await wait_exited(old_worker)
+            assert text_of(await s.call_tool("version", {})) == "v2"
+
+
+class InProcess:
+    """An `McpServer` in this process, on memory streams: for what needs a seam inside the server."""
+
+    def __init__(self) -> None:
+        self.client_send, self.server_receive = trio.testing.memory_stream_one_way_pair()
+        self.server_send, self.client_receive = trio.testing.memory_stream_one_way_pair()
+        self._buffer = b""
+        self._ids = iter(range(1, 10**6))
+
+    async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        request_id = next(self._ids)
+        await self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        while True:
+            message = await self.receive()
+            if message.get("id") == request_id:
+                return message
+
+    async def send(self, message: dict[str, Any]) -> None:
+        await self.client_send.send_all(json.dumps(message).encode() + b"\n")
+
+    async def receive(self) -> dict[str, Any]:
+        while b"\n" not in self._buffer:
+            chunk = await self.client_receive.receive_some()
+            assert chunk, "the server ended its output"
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        message: dict[str, Any] = json.loads(line)
+        assert "method" not in message or message["method"] != "notifications/tools/list_changed", message
+        return message
+
+
+async def test_a_reload_that_fails_outright_keeps_the_old_runner_serving(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from runner import _mcp_reload
+    from runner._mcp import McpServer
+
+    folder = tmp_path / "tools"
+    folder.mkdir()
+    tool_module(folder, "a", "alpha", "first")
+    opened = 0
+    retried = trio.Event()
+
+    @asynccontextmanager
+    async def open_then_fail(*args: Any, **options: Any) -> AsyncIterator[Any]:
+        # The seam: the first runner is real, every later one cannot be opened.
+        nonlocal opened
+        opened += 1
+        if opened > 1:
+            if opened == 4:
+                retried.set()
+            raise OSError("no cgroup left")
+        async with open_runner(*args, **options) as runner:
+            yield runner
+
+    monkeypatch.setattr(_mcp_reload, "open_runner", open_then_fail)
+    server = McpServer([str(folder)], cwd=str(tmp_path), grace=0.5, poll_interval=0.05)
+    client = InProcess()
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server.serve, client.server_receive, client.server_send)
+            await client.request("initialize", {"protocolVersion": "2025-11-25"})
+            await client.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            call = {"name": "alpha", "arguments": {}}
+            assert (await client.request("tools/call", call))["result"]["content"][0]["text"] == "alpha says hi"
+            (folder / "a.py").unlink()
+            tool_module(folder, "b", "beta", "second")
+            await retried.wait()  # the reload failed, and so did two retries at the next polls
+            # Calls and the listing are still the old runner's; no list_changed was sent (InProcess checks).
+            assert (await client.request("tools/call", call))["result"]["content"][0]["text"] == "alpha says hi"
+            tools = (await client.request("tools/list", {}))["result"]["tools"]
+            assert [t["name"] for t in tools] == ["alpha"]
+            await client.client_send.aclose()
+    failures = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    # Said once, not at every poll.
+    assert failures == ["reloading the tools failed (OSError('no cgroup left')); still serving the tools loaded before"]
+
+
+def test_every_method_of_the_table_has_a_handler() -> None:
+    from runner._mcp import McpServer
+    from runner._mcp_methods import MCP_PROTOCOL
+
+    assert set(McpServer()._routes) == set(MCP_PROTOCOL.requests)
 
 
 # --- the raw wire ------------------------------------------------------------------

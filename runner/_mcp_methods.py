@@ -1,0 +1,61 @@
+"""The MCP methods this server serves: a method table for the shared sans-io ``Connection``.
+
+The same :class:`~worker._methods.Method` / ``Notice`` / ``MethodTable`` types
+as the worker protocol, so that request ids, answering each request exactly
+once, duplicate ids, unknown methods, params that are not an object and the
+lifecycle are kept by one :class:`~worker._connection.Connection`, not written
+again here. Params and results are plain JSON objects (``dict[str, Any]``);
+ids from the client are strings or integers.
+
+The client plays ``Role.HOST`` (it sends ``initialize``), the server
+``Role.WORKER``. The lifecycle is lenient, as MCP servers are in practice:
+every request is served in every state (a client may list tools before it
+says ``notifications/initialized``), and the states only record the phase:
+
+- ``AWAITING_INIT`` until ``initialize`` is answered with a result;
+- ``READY`` from then on;
+- ``LOADED`` once ``notifications/initialized`` arrived: MCP's operation
+  phase, the only one in which ``notifications/tools/list_changed`` is sent.
+
+Incoming notifications take any params (``Any``): a malformed notification
+is never answered and never breaks the connection; the server ignores what
+it cannot use.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, cast
+
+from worker._connection import Connection
+from worker._frames import encode_line
+from worker._methods import Method, MethodTable, Notice, Role, State
+
+Params = dict[str, Any]
+_ANY: Final = cast("type[Any]", Any)
+_CLIENT, _SERVER = Role.HOST, Role.WORKER
+_OPEN: Final = frozenset({State.AWAITING_INIT, State.READY, State.LOADED})
+# What one outgoing line may hold: a tool's result is not bounded by the
+# limit on incoming lines (--max-message-bytes), only by what JSON-RPC's
+# framing elsewhere can represent.
+_MAX_OUTGOING: Final = 2**32 - 1
+
+INITIALIZE: Final = Method("initialize", Params, Params, sender=_CLIENT, allowed=_OPEN, on_result=State.READY)
+PING: Final = Method("ping", Params, Params, sender=_CLIENT, allowed=_OPEN)
+TOOLS_LIST: Final = Method("tools/list", Params, Params, sender=_CLIENT, allowed=_OPEN)
+TOOLS_CALL: Final = Method("tools/call", Params, Params, sender=_CLIENT, allowed=_OPEN)
+
+INITIALIZED: Final = Notice("notifications/initialized", _ANY, sender=_CLIENT, allowed=_OPEN, on_receive=State.LOADED)
+CANCELLED: Final = Notice("notifications/cancelled", _ANY, sender=_CLIENT, allowed=_OPEN)
+PROGRESS: Final = Notice("notifications/progress", Params, sender=_SERVER, allowed=_OPEN)
+TOOLS_LIST_CHANGED: Final = Notice(
+    "notifications/tools/list_changed", Params, sender=_SERVER, allowed=frozenset({State.LOADED})
+)
+
+MCP_PROTOCOL: Final = MethodTable(
+    [INITIALIZE, PING, TOOLS_LIST, TOOLS_CALL], [INITIALIZED, CANCELLED, PROGRESS, TOOLS_LIST_CHANGED]
+)
+
+
+def server_connection() -> Connection:
+    """The server's side of one MCP session: newline-delimited, messages decoded by the transport."""
+    return Connection(_SERVER, MCP_PROTOCOL, max_frame_bytes=_MAX_OUTGOING, encode=encode_line)
