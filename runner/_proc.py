@@ -1,22 +1,34 @@
-"""WorkerProcess: the protocol spoken over one worker process's pipes, under trio.
+"""WorkerProcess: the worker protocol spoken over one worker process's pipes, under trio.
 
 The process itself (spawn, pidfd, boundary, kill, output tails, and the rules
-that keep them safe) is :class:`runner._process.SupervisedProcess`. This module
-reads the protocol pipe, writes frames under one lock, and maps what arrives
-to whoever waits for it: an answer to the :class:`InFlight` request it ends,
-a request from the worker to a handler task of its own, an ``update`` to the
-call it belongs to.
+that keep them safe) is :class:`runner._process.SupervisedProcess`; the
+protocol's state (request ids, what is outstanding, the lifecycle, typed
+decoding) is a sans-io ``worker._connection.Connection``. What is left here is
+moving bytes and waking waiters:
+
+1. One task reads the protocol pipe into the connection; every frame this side
+   writes goes through one lock, in the order the connection produced them.
+2. An answer wakes the :class:`InFlight` handle of its request. A request from
+   the worker is answered in a task of its own (a UI prompt may take minutes,
+   and the reader must keep reading meanwhile). An ``update`` goes to the
+   handler of the call it names.
+3. When the worker breaks the protocol, every waiter fails with that
+   RemoteProtocolError and the worker's tree is killed: nothing it says can be
+   trusted any more. When its end is recorded, every waiter still waiting fails
+   with WorkerDied (with its exit status, known only then: the end of the pipe
+   alone does not end a request).
 """
 
 from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import itertools
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar, overload
 
 import msgspec
 import trio
@@ -28,10 +40,12 @@ from ._errors import RemoteError, RemoteProtocolError, RemoteRequestRefused, Wor
 from ._faults import fault_point
 from ._output import READ_CHUNK, OutputTail
 from ._process import SupervisedProcess, TeardownStats
+from ._worker_api import InFlight, PoolWorker, UpdateHandler
 
 __all__ = [
     "InFlight",
     "NotificationHandler",
+    "OutputTail",
     "RemoteError",
     "RemoteRequestRefused",
     "RequestHandler",
@@ -41,15 +55,20 @@ __all__ = [
     "_Pending",
 ]
 
+P = TypeVar("P")
+R = TypeVar("R")
+
 _ids = itertools.count(1)
+_GONE: Final = (p.State.CLOSED, p.State.ERROR)
 
 RequestHandler = Callable[["WorkerProcess", p.Request], Awaitable[Any]]
+"""A handler of the worker's requests given the message with its params still raw (older call sites)."""
 NotificationHandler = Callable[["WorkerProcess", p.Notification], None]
+EventHandler = Callable[["WorkerProcess", p.RequestReceived], Awaitable[Any]]
+"""A handler of the worker's requests given the typed event; its return value is the result."""
+NoticeHandler = Callable[["WorkerProcess", p.NotificationReceived], None]
 
-
-def _describe(msg: object) -> str:
-    method = getattr(msg, "method", None)
-    return f"{method!r} message" if method else "response"
+_Pending: TypeAlias = InFlight[msgspec.Raw]  # the former private name, still imported by the runner
 
 
 class WorkerState(enum.Enum):
@@ -59,31 +78,8 @@ class WorkerState(enum.Enum):
     DEAD = "dead"
 
 
-class InFlight:
-    """One request in flight: its answer, or the reason there will be none."""
-
-    __slots__ = ("req_id", "call_id", "event", "result", "error")
-
-    def __init__(self, req_id: int) -> None:
-        self.req_id = req_id
-        self.call_id: str | None = None
-        self.event = trio.Event()
-        self.result: msgspec.Raw | None = None
-        self.error: BaseException | None = None
-
-    def outcome(self) -> msgspec.Raw:
-        """The result, or raise what ended the request (only after ``event`` fired)."""
-        if self.error is not None:
-            raise self.error
-        assert self.result is not None
-        return self.result
-
-
-_Pending = InFlight  # the former private name, still imported by the runner
-
-
 class WorkerProcess:
-    """One live worker: its process and the protocol connection over its pipes.
+    """One live worker: its process, and the protocol connection over its pipes.
 
     Created only by :meth:`start`. ``repr`` shows pid, module and state.
     """
@@ -94,22 +90,23 @@ class WorkerProcess:
         self.max_frame_bytes = max_frame_bytes
         self.unenforced: list[str] = []
         self.has_ui = False
-        self.idle_since = 0.0
-        self._state = WorkerState.STARTING
-        self.calls_served = 0
         self.protocol_error: RemoteProtocolError | None = None
+        self.on_request: RequestHandler | EventHandler | None = None
+        self.on_notification: NotificationHandler | NoticeHandler | None = None
+        self._typed_handlers = False
+        # Pool bookkeeping, read and written by the runner.
+        self.idle_since = 0.0
+        self.calls_served = 0
+        self._state = WorkerState.STARTING
+        self._conn = p.Connection(p.Role.HOST, p.WORKER_PROTOCOL, max_frame_bytes=max_frame_bytes)
         self._send_lock = trio.Lock()
-        self._pending: dict[int, InFlight] = {}
-        self._update_handlers: dict[str, Callable[[p.CallResult], None]] = {}
-        self._next_id = itertools.count(1)
-        self._last_id = 0
-        self.on_request: RequestHandler | None = None
-        self.on_notification: NotificationHandler | None = None
+        # Who waits for which of our requests (the ids and their lifecycle are the connection's),
+        # and whether the caller wants the result as raw JSON (the string-named API).
+        self._waiting: dict[int, tuple[InFlight[Any], bool]] = {}
+        self._updates: dict[str, UpdateHandler] = {}
 
     def __repr__(self) -> str:
         return f"<WorkerProcess pid={self.pid} module={os.path.basename(self.module)!r} {self.state.name}>"
-
-    # --- start -------------------------------------------------------------
 
     @classmethod
     async def start(
@@ -125,8 +122,9 @@ class WorkerProcess:
         workdir: Path | None = None,
         output_limit: int | None = None,
         has_ui: bool = False,
-        on_request: RequestHandler | None = None,
-        on_notification: NotificationHandler | None = None,
+        on_request: RequestHandler | EventHandler | None = None,
+        on_notification: NotificationHandler | NoticeHandler | None = None,
+        typed_handlers: bool = False,
         teardown: TeardownStats | None = None,
     ) -> WorkerProcess:
         """Spawn a worker, attach it to ``boundary`` and run the handshake.
@@ -137,6 +135,12 @@ class WorkerProcess:
         errno of a host-side failure), WorkerDied or RemoteProtocolError; on
         any failure, and on cancellation, the worker is gone (bounded) before
         this returns.
+
+        ``on_request`` answers the worker's requests (``ui``): its return value
+        is the result, RemoteRequestRefused an error answer. ``on_notification``
+        gets its notifications (``log``, ``abort``, ``pending/push``, ``ui``),
+        ``update`` aside. With ``typed_handlers`` both get the connection's typed
+        events; without, the messages with their params raw.
         """
         process = SupervisedProcess(
             module=module, boundary=boundary, workdir=workdir, output_limit=output_limit, teardown=teardown
@@ -145,6 +149,7 @@ class WorkerProcess:
         # Before the worker can say anything: a factory may already use the UI or the logger.
         self.on_request = on_request
         self.on_notification = on_notification
+        self._typed_handlers = typed_handlers
         self.has_ui = has_ui  # what the worker was last told
         process.spawn(nursery, cwd, env, reader=self._read_protocol, on_end=self._process_ended)
         try:
@@ -160,14 +165,11 @@ class WorkerProcess:
                 has_ui=has_ui,
             )
             try:
-                raw = await self.request(p.M_INITIALIZE, init)
-                result = msgspec.json.decode(raw, type=p.InitializeResult)
+                result = await self.call(p.INITIALIZE, init)
             except RemoteError as exc:
                 # A refusal to start (version, sandbox) says nothing about the
                 # tool module: it must not be mistaken for (or cached as) a load error.
                 raise WorkerStartupError(f"the worker refused to start: {exc.error.message}") from None
-            except msgspec.DecodeError as exc:
-                raise RemoteProtocolError(f"malformed initialize result: {exc}") from None
             self.unenforced = result.unenforced
             if result.protocol_version != p.PROTOCOL_VERSION:
                 raise RemoteProtocolError(
@@ -251,139 +253,173 @@ class WorkerProcess:
         """Ask the worker to exit, then kill whatever is left of its tree."""
         if self.alive:
             with trio.move_on_after(grace):
-                with contextlib.suppress(RemoteError, WorkerDied, RemoteProtocolError):
-                    await self.request(p.M_SHUTDOWN, {})
+                with contextlib.suppress(RemoteError, WorkerDied, RemoteProtocolError, p.LocalProtocolError):
+                    await self.call(p.SHUTDOWN, p.ShutdownParams())
                 await self.process.wait_exited()
         await self.kill()
 
     # --- reading ---------------------------------------------------------------
 
     async def _read_protocol(self, stream: trio.lowlevel.FdStream) -> None:
-        decoder = p.FrameDecoder(self.max_frame_bytes)
         try:
             while True:
                 try:
                     data = await stream.receive_some(READ_CHUNK)
                 except (trio.ClosedResourceError, trio.BrokenResourceError):
                     data = b""
-                decoder.receive_data(data)
-                while (msg := decoder.next_message()) is not p.NEED_DATA:
-                    try:
-                        self._dispatch(msg)  # type: ignore[arg-type]
-                    except msgspec.DecodeError as exc:
-                        # Well-framed JSON-RPC with the wrong params is still not
-                        # the protocol; it must never escape into the host.
-                        raise p.RemoteProtocolError(f"malformed {_describe(msg)}: {exc}") from None
-                if not data:
-                    return
+                self._conn.receive_data(data)
+                while not isinstance(event := self._conn.next_event(), p._NeedData):
+                    self._dispatch(event)
+                    if isinstance(event, p.ConnectionClosed):
+                        return
         except p.RemoteProtocolError as exc:
             self.protocol_error = RemoteProtocolError(
                 f"worker for {os.path.basename(self.module)} broke the protocol: {exc}"
             )
-            self._fail_pending(self.protocol_error)
-            # Nothing it says can be trusted any more: end it and its tree.
+            self._fail_waiting(self.protocol_error)
             with trio.CancelScope(shield=True):
                 await self.process.kill_tree()
 
-    def _dispatch(self, msg: p.Message) -> None:
-        if isinstance(msg, p.Notification):
-            if msg.method == p.N_UPDATE:
-                update = msgspec.json.decode(msg.params, type=p.UpdateParams)
-                handler = self._update_handlers.get(update.call_id)
+    def _dispatch(self, event: p.Event) -> None:
+        if isinstance(event, p.ResultReceived | p.ErrorReceived):
+            entry = self._waiting.pop(event.id, None)
+            if entry is None:  # failed already (the worker's end is being recorded)
+                return
+            inflight, raw = entry
+            if isinstance(event, p.ErrorReceived):
+                inflight.set_error(RemoteError(event.error))
+            else:
+                inflight.set_result(p.encode_value(event.result) if raw else event.result)
+        elif isinstance(event, p.NotificationReceived):
+            if event.method is p.UPDATE:
+                update: p.UpdateParams = event.params
+                handler = self._updates.get(update.call_id)
                 if handler is not None:
                     handler(update.partial)
             elif self.on_notification is not None:
-                self.on_notification(self, msg)
-            return
-        if isinstance(msg, p.Request):
-            # Answered in its own task: a UI prompt may take minutes, and the
-            # reader must keep reading meanwhile (updates, cancels, the reply).
-            self.process.start_soon(self._answer, msg)
-            return
-        if not isinstance(msg.id, int) or not 0 < msg.id <= self._last_id:
-            raise p.RemoteProtocolError(f"response to a request id the host never sent: {msg.id!r}")
-        pending = self._pending.pop(msg.id, None)
-        if pending is None:
-            return  # an answer to a request the caller abandoned (cancelled or timed out)
-        if isinstance(msg, p.Response):
-            pending.result = msg.result
-        else:
-            pending.error = RemoteError(msg.error)
-        pending.event.set()
+                if self._typed_handlers:
+                    self.on_notification(self, event)  # type: ignore[arg-type]
+                else:
+                    message = p.Notification(method=event.method.name, params=p.encode_value(event.params))
+                    self.on_notification(self, message)  # type: ignore[arg-type]
+        elif isinstance(event, p.RequestReceived):
+            self.process.start_soon(self._answer, event)
+        elif isinstance(event, p.RequestRefused):
+            self.process.start_soon(self._write_quietly, lambda: event.reply)
+        # NotificationDropped: JSON-RPC lets a notification nobody expects be ignored.
+        # ConnectionClosed: its outstanding requests fail once the process's end is recorded.
 
-    async def _answer(self, request: p.Request) -> None:
+    async def _answer(self, event: p.RequestReceived) -> None:
         handler = self.on_request
+        frame: Callable[[], bytes]
         try:
             if handler is None:
-                raise RemoteRequestRefused(int(p.ErrorCode.METHOD_NOT_FOUND), f"unknown method {request.method!r}")
-            result = await handler(self, request)
-            reply: p.Message = p.Response(id=request.id, result=p.encode_value(result))
+                raise RemoteRequestRefused(int(p.ErrorCode.METHOD_NOT_FOUND), f"unknown method {event.method.name!r}")
+            if self._typed_handlers:
+                result = await handler(self, event)  # type: ignore[arg-type]
+            else:
+                message = p.Request(id=event.id, method=event.method.name, params=p.encode_value(event.params))
+                result = await handler(self, message)  # type: ignore[arg-type]
+            frame = functools.partial(self._conn.send_result, event.id, result)
         except RemoteRequestRefused as exc:
-            reply = p.ErrorResponse(id=request.id, error=p.ErrorObject(code=exc.code, message=str(exc)))
+            error = p.ErrorObject(code=exc.code, message=str(exc))
+            frame = functools.partial(self._conn.send_error_object, event.id, error)
         except msgspec.DecodeError as exc:
-            error = p.ErrorObject(code=int(p.ErrorCode.INVALID_PARAMS), message=f"bad {request.method} params: {exc}")
-            reply = p.ErrorResponse(id=request.id, error=error)
-        try:
-            await self._send_frame(p.encode_message(reply, max_frame_bytes=self.max_frame_bytes))
-        except (trio.BrokenResourceError, trio.ClosedResourceError, p.LocalProtocolError):
-            pass  # the worker is gone, or the answer is too big for it: either way it will not wait forever
+            error = p.ErrorObject(
+                code=int(p.ErrorCode.INVALID_PARAMS), message=f"bad {event.method.name} params: {exc}"
+            )
+            frame = functools.partial(self._conn.send_error_object, event.id, error)
+        # The worker gone, or the answer too big for it: either way it does not wait forever.
+        with contextlib.suppress(p.LocalProtocolError):
+            await self._write_quietly(frame)
 
     def _process_ended(self) -> None:
-        self._fail_pending(WorkerDied(self.returncode or 0, self.stderr_tail.text()))
+        self._conn.close()
+        self._fail_waiting(WorkerDied(self.returncode or 0, self.stderr_tail.text()))
 
-    def _fail_pending(self, exc: BaseException) -> None:
-        pending, self._pending = self._pending, {}
-        for item in pending.values():
-            item.error = exc
-            item.event.set()
+    def _fail_waiting(self, exc: BaseException) -> None:
+        waiting, self._waiting = self._waiting, {}
+        for inflight, _ in waiting.values():
+            inflight.set_error(exc)
 
-    # --- requests ------------------------------------------------------------
+    # --- writing -----------------------------------------------------------------
 
-    async def _send_frame(self, frame: bytes) -> None:
+    async def _write(self, frame: Callable[[], bytes]) -> None:
+        # The frame is made under the lock: frames reach the pipe in the order
+        # the connection made them, and a cancelled wait for the lock sends nothing.
         out = self.process.protocol_out
         assert out is not None
         async with self._send_lock:
-            await out.send_all(frame)
+            await out.send_all(frame())
 
-    async def send_request(
-        self, method: str, params: Any, *, on_update: tuple[str, Callable[[p.CallResult], None]] | None = None
-    ) -> InFlight:
-        """Send a request; the returned handle's ``event`` fires on its answer or the worker's end.
+    async def _write_quietly(self, frame: Callable[[], bytes]) -> None:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await self._write(frame)
 
-        Pair every call with :meth:`forget` (in a ``finally``).
-        """
+    def _usable(self) -> None:
         if self.protocol_error is not None:
             raise self.protocol_error
-        if self.process.exited:
+        if self.process.exited or self._conn.state in _GONE:
             raise WorkerDied(self.returncode or 0, self.stderr_tail.text())
-        req_id = next(self._next_id)
-        body = params if isinstance(params, msgspec.Raw) else p.encode_value(params)
-        # Encoded before anything is registered: a message over the frame
-        # limit (LocalProtocolError) leaves no pending entry behind.
-        frame = p.encode_message(p.Request(id=req_id, method=method, params=body), max_frame_bytes=self.max_frame_bytes)
-        self._last_id = req_id
-        pending = InFlight(req_id)
-        self._pending[req_id] = pending
-        if on_update is not None:
-            pending.call_id = on_update[0]
-            self._update_handlers[on_update[0]] = on_update[1]
+
+    async def _start(
+        self,
+        method: p.Method[Any, Any],
+        params: Any,
+        *,
+        raw: bool,
+        call_id: str | None,
+        on_update: UpdateHandler | None,
+    ) -> InFlight[Any]:
+        inflight: InFlight[Any] | None = None
+
+        def frame() -> bytes:
+            nonlocal inflight
+            self._usable()
+            # Raises LocalProtocolError (too big, out of state) before anything is registered.
+            req_id, data = self._conn.send_request(method, params)
+            inflight = InFlight(req_id, call_id=call_id, on_abandon=self._abandon)
+            self._waiting[req_id] = (inflight, raw)
+            if call_id is not None and on_update is not None:
+                self._updates[call_id] = on_update
+            return data
+
         try:
-            await self._send_frame(frame)
+            await self._write(frame)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
-            # The worker is gone or going: its exit will fail the pending item.
-            pass
+            pass  # the worker is gone or going: its end will fail the request
         except BaseException:
-            self.forget(pending)
+            if inflight is not None:
+                inflight.abandon()
             raise
-        return pending
+        assert inflight is not None
+        return inflight
 
-    def forget(self, pending: InFlight) -> None:
-        self._pending.pop(pending.req_id, None)
-        if pending.call_id is not None:
-            self._update_handlers.pop(pending.call_id, None)
+    def _abandon(self, inflight: InFlight[Any]) -> None:
+        if self._waiting.pop(inflight.req_id, None) is not None:
+            self._conn.abandon(inflight.req_id)
+        if inflight.call_id is not None:
+            self._updates.pop(inflight.call_id, None)
 
-    async def request(self, method: str, params: Any) -> msgspec.Raw:
-        """Send a request and wait for its answer.
+    # --- requests ------------------------------------------------------------
+
+    async def start_call(
+        self, method: p.Method[P, R], params: P, *, on_update: UpdateHandler | None = None
+    ) -> InFlight[R]:
+        """Send a request; the returned handle is resolved by its answer or by the worker's end.
+
+        ``on_update`` gets the ``update`` notifications naming ``params.call_id``.
+        Pair every call with ``InFlight.abandon()`` (in a ``finally``). Raises
+        WorkerDied or RemoteProtocolError if the worker can no longer be asked,
+        LocalProtocolError if the request cannot be sent (too big, out of state).
+        """
+        call_id = getattr(params, "call_id", None) if on_update is not None else None
+        if on_update is not None and not isinstance(call_id, str):
+            raise TypeError(f"on_update needs params with a call_id, not {type(params).__name__}")
+        return await self._start(method, params, raw=False, call_id=call_id, on_update=on_update)
+
+    async def call(self, method: p.Method[P, R], params: P) -> R:
+        """Send a request and wait for its typed result.
 
         Raises:
             RemoteError: the worker answered with an error object.
@@ -393,17 +429,57 @@ class WorkerProcess:
         Cancellation: the request is abandoned; the worker may still be working
         on it, so the caller must stop the worker.
         """
-        pending = await self.send_request(method, params)
+        inflight = await self.start_call(method, params)
         try:
-            await pending.event.wait()
+            await inflight.wait()
         finally:
-            self.forget(pending)
-        return pending.outcome()
+            inflight.abandon()
+        return inflight.outcome()
 
-    async def notify(self, method: str, params: Any) -> None:
+    @overload
+    async def notify(self, notice: p.Notice[P], params: P) -> None: ...
+    @overload
+    async def notify(self, notice: str, params: Any) -> None: ...
+    async def notify(self, notice: p.Notice[Any] | str, params: Any) -> None:
         """Send a notification; silently dropped if the worker is gone."""
-        frame = p.encode_message(
-            p.Notification(method=method, params=p.encode_value(params)), max_frame_bytes=self.max_frame_bytes
-        )
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            await self._send_frame(frame)
+        if isinstance(notice, str):  # the string-named form
+            notice, params = p.WORKER_PROTOCOL.notices[notice], _raw(params)
+
+        def frame() -> bytes:
+            if self.process.exited or self._conn.state in _GONE:
+                return b""
+            return self._conn.send_notification(notice, params)
+
+        await self._write_quietly(frame)
+
+    # --- the string-named API of older call sites (results as raw JSON) ------------
+
+    async def send_request(
+        self, method: str, params: Any, *, on_update: tuple[str, UpdateHandler] | None = None
+    ) -> InFlight[msgspec.Raw]:
+        """:meth:`start_call` by method name; the handle's result is raw JSON. Pair it with :meth:`forget`."""
+        call_id, handler = on_update if on_update is not None else (None, None)
+        table = p.WORKER_PROTOCOL.requests
+        return await self._start(table[method], _raw(params), raw=True, call_id=call_id, on_update=handler)
+
+    def forget(self, pending: InFlight[Any]) -> None:
+        pending.abandon()
+
+    async def request(self, method: str, params: Any) -> msgspec.Raw:
+        """:meth:`call` by method name; the result is raw JSON."""
+        inflight = await self.send_request(method, params)
+        try:
+            await inflight.wait()
+        finally:
+            inflight.abandon()
+        return inflight.outcome()
+
+
+def _raw(params: Any) -> msgspec.Raw:
+    return params if isinstance(params, msgspec.Raw) else p.encode_value(params)
+
+
+if TYPE_CHECKING:
+
+    def _is_a_pool_worker(worker: WorkerProcess) -> PoolWorker:
+        return worker
