@@ -14,7 +14,7 @@
     └── RemoteRequestRefused                   a host handler refuses a worker's request (internal)
 
 The three protocol errors are also the protocol layer's own
-(``worker._protocol.ProtocolError`` and its two subclasses), so that an
+(``worker._messages.ProtocolError`` and its two subclasses), so that an
 ``except`` on either hierarchy catches them: the protocol layer raises its
 classes, and the runner re-raises nothing it does not have to.
 """
@@ -24,7 +24,7 @@ from __future__ import annotations
 import signal as _signal
 from typing import Any
 
-from worker import _protocol
+from worker import _messages
 
 
 class RunnerError(Exception):
@@ -35,7 +35,7 @@ class ConfigError(RunnerError, ValueError):
     """An option given to the runner is invalid; the message says which and how to fix it."""
 
 
-class ProtocolError(RunnerError, _protocol.ProtocolError):
+class ProtocolError(RunnerError, _messages.ProtocolError):
     """The protocol was broken. Raise one of the two subclasses."""
 
     def __init__(self, message: str) -> None:
@@ -44,11 +44,11 @@ class ProtocolError(RunnerError, _protocol.ProtocolError):
         super().__init__(message)
 
 
-class LocalProtocolError(ProtocolError, _protocol.LocalProtocolError):
+class LocalProtocolError(ProtocolError, _messages.LocalProtocolError):
     """The host tried to send something the protocol does not allow (a bug in xcsh-run)."""
 
 
-class RemoteProtocolError(ProtocolError, _protocol.RemoteProtocolError):
+class RemoteProtocolError(ProtocolError, _messages.RemoteProtocolError):
     """The worker sent bytes that are not the protocol."""
 
 
@@ -85,7 +85,7 @@ class WorkerDied(WorkerError):
 class RemoteError(RunnerError):
     """The worker answered a request with a JSON-RPC error object (``error``)."""
 
-    def __init__(self, error: _protocol.ErrorObject) -> None:
+    def __init__(self, error: _messages.ErrorObject) -> None:
         self.error = error
         super().__init__(error.message)
 
