@@ -18,16 +18,19 @@ import threading
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, TypeVar
 
 import msgspec
 
-from . import _protocol as p
+from . import _methods as m
 from . import pi as _pi
+from ._channel import Channel
+from ._connection import Connection, ErrorReceived, ResultReceived
 from ._exec import ExecResult, exec_async, exec_sync
+from ._methods import Method, Notice
 
-if TYPE_CHECKING:
-    from ._loop import _Channel
+P = TypeVar("P")
+R = TypeVar("R")
 
 LOG_RECORDS_PER_CALL: Final = 1000
 LOG_CHARS_PER_CALL: Final = 256 * 1024
@@ -64,57 +67,78 @@ class _Done:
 DONE: Final = _Done()
 
 
-class HostLink:
-    """Worker-to-host requests and notifications. Thread-safe."""
+class _Waiter:
+    """One request of ours to the host, and the thread blocked on it."""
 
-    def __init__(self, channel: _Channel, current_call: Callable[[], str | None]) -> None:
+    __slots__ = ("event", "answer")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.answer: ResultReceived | ErrorReceived | None = None
+
+
+class HostLink:
+    """Worker-to-host requests and notifications. Thread-safe.
+
+    The Connection owns the request ids and the outstanding table; this only
+    maps an id to the thread waiting for its answer.
+    """
+
+    def __init__(self, channel: Channel, current_call: Callable[[], str | None]) -> None:
         self._channel = channel
         self._current_call = current_call
-        self._ids = itertools.count(1)
         self._lock = threading.Lock()
-        self._waiting: dict[int, tuple[threading.Event, list[Any]]] = {}
+        self._waiting: dict[int, _Waiter] = {}
 
     @property
     def call_id(self) -> str | None:
         return self._current_call()
 
-    def notify(self, method: str, params: Any) -> None:
-        self._channel.send(p.Notification(method=method, params=p.encode_value(params)))
+    def notify(self, notice: Notice[P], params: P) -> None:
+        self._channel.send(lambda conn: conn.send_notification(notice, params))
 
-    def request(self, method: str, params: Any) -> Any:
+    def request(self, method: Method[P, R], params: P) -> R:
         """Send a request and block until the host answers; returns its decoded result."""
-        event = threading.Event()
-        slot: list[Any] = []
-        with self._lock:
-            req_id = next(self._ids)
-            self._waiting[req_id] = (event, slot)
+        waiter = _Waiter()
+        req_id = 0
+
+        def make(conn: Connection) -> bytes:
+            nonlocal req_id
+            req_id, data = conn.send_request(method, params)
+            # Registered before the bytes are written: the answer cannot come earlier.
+            with self._lock:
+                self._waiting[req_id] = waiter
+            return data
+
         try:
-            self._channel.send(p.Request(id=req_id, method=method, params=p.encode_value(params)))
-            event.wait()
+            self._channel.send(make)
+            waiter.event.wait()
         finally:
             with self._lock:
                 self._waiting.pop(req_id, None)
-        outcome = slot[0]
-        if isinstance(outcome, p.ErrorObject):
-            raise RuntimeError(f"the host refused {method}: {outcome.message}")
-        return msgspec.json.decode(outcome)
+            if waiter.answer is None and req_id:
+                # Interrupted (a cancelled call): the host's answer, if it comes, is dropped.
+                self._channel.locked(lambda conn: conn.abandon(req_id))
+        answer = waiter.answer
+        if isinstance(answer, ErrorReceived):
+            raise RuntimeError(f"the host refused {method.name}: {answer.error.message}")
+        assert answer is not None
+        result: R = answer.result
+        return result
 
-    async def request_async(self, method: str, params: Any) -> Any:
+    async def request_async(self, method: Method[P, R], params: P) -> R:
         import asyncio
 
         # A thread waits for the answer so that the event loop stays free.
         return await asyncio.get_running_loop().run_in_executor(None, self.request, method, params)
 
-    def answer(self, message: p.Response | p.ErrorResponse) -> None:
-        """Route the host's answer to the waiting request (called by the reader thread)."""
-        if not isinstance(message.id, int):
-            return
+    def answer(self, event: ResultReceived | ErrorReceived) -> None:
+        """Route the host's answer to the waiting thread (called by the reader thread)."""
         with self._lock:
-            waiting = self._waiting.get(message.id)
-        if waiting is not None:
-            event, slot = waiting
-            slot.append(message.result if isinstance(message, p.Response) else message.error)
-            event.set()
+            waiter = self._waiting.pop(event.id, None)
+        if waiter is not None:
+            waiter.answer = event
+            waiter.event.set()
 
 
 class NoOpUI:
@@ -162,15 +186,15 @@ class HostUI:
             return value
         link = self._api._link
         assert link is not None
-        params = p.UiParams(call_id=link.call_id, method=method, args=list(args))
+        params = m.UiParams(call_id=link.call_id, method=method, args=list(args))
         if loop_running():
-            return link.request_async(p.M_UI, params)
-        return link.request(p.M_UI, params)
+            return link.request_async(m.UI, params)
+        return link.request(m.UI, params)
 
     def _tell(self, method: str, *args: Any) -> _Done:
         if self._api.has_ui and self._api._link is not None:
             link = self._api._link
-            link.notify(p.M_UI, p.UiParams(call_id=link.call_id, method=method, args=list(args)))
+            link.notify(m.UI_NOTICE, m.UiParams(call_id=link.call_id, method=method, args=list(args)))
         return DONE
 
     def select(self, title: str, options: Sequence[str]) -> Any:
@@ -229,7 +253,7 @@ class _HostLogHandler(logging.Handler):
         if self._records > LOG_RECORDS_PER_CALL or self._bytes > LOG_CHARS_PER_CALL:
             self.dropped += 1
             return
-        link.notify(p.N_LOG, p.LogParams(call_id=call_id, level=record.levelno, logger=record.name, message=message))
+        link.notify(m.LOG, m.LogParams(call_id=call_id, level=record.levelno, logger=record.name, message=message))
 
     def flush_dropped(self) -> None:
         """Report how many records the bound dropped for the call that just ended."""
@@ -239,7 +263,7 @@ class _HostLogHandler(logging.Handler):
                 f"{self.dropped} log records dropped (a call may log {LOG_RECORDS_PER_CALL} records "
                 f"or {LOG_CHARS_PER_CALL} characters)"
             )
-            link.notify(p.N_LOG, p.LogParams(call_id=self._call, level=logging.WARNING, logger="xcsh", message=text))
+            link.notify(m.LOG, m.LogParams(call_id=self._call, level=logging.WARNING, logger="xcsh", message=text))
         self.dropped = 0
 
 
@@ -324,8 +348,8 @@ class ToolAPI:
         self.pending_actions[action_id] = PendingAction(label, apply, reject, details, str(source))
         if self._link is not None:
             self._link.notify(
-                p.N_PENDING,
-                p.PendingPushParams(call_id=self._link.call_id, action_id=action_id, label=label,
+                m.PENDING,
+                m.PendingPushParams(call_id=self._link.call_id, action_id=action_id, label=label,
                                     source_tool_name=str(source), details=details),
             )  # fmt: skip
         return action_id

@@ -1,0 +1,365 @@
+"""The sans-io Connection (pure, no processes): the numbered rules of worker/_connection.py, the lifecycle,
+refusals, abandonment and close, from both roles."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from worker import _protocol as p
+
+INIT = p.InitializeParams(protocol_version=p.PROTOCOL_VERSION, host_pid=1, cwd="/")
+CALL = p.CallParams(call_id="c1", tool="t", arguments=msgspec.Raw(b"{}"))
+
+
+def events(conn: p.Connection) -> list[p.Event]:
+    out: list[p.Event] = []
+    while not isinstance(event := conn.next_event(), p._NeedData):
+        out.append(event)
+        if isinstance(event, p.ConnectionClosed):
+            break
+    return out
+
+
+def state(conn: p.Connection) -> p.State:
+    """Read through a call: mypy would otherwise keep a property narrowed across the steps that change it."""
+    return conn.state
+
+
+def outstanding(conn: p.Connection) -> tuple[int, ...]:
+    return conn.outstanding
+
+
+def deliver(data: bytes, to: p.Connection) -> list[p.Event]:
+    to.receive_data(data)
+    return events(to)
+
+
+def pair(state: p.State = p.State.AWAITING_INIT) -> tuple[p.Connection, p.Connection]:
+    """A host and a worker connection, brought to ``state`` (READY or LOADED) through the real handshake."""
+    host, worker = p.Connection(p.Role.HOST), p.Connection(p.Role.WORKER)
+    if state >= p.State.READY:
+        answer(host, worker, p.INITIALIZE, INIT, p.InitializeResult(protocol_version=1, pid=2))
+    if state >= p.State.LOADED:
+        answer(host, worker, p.LOAD, p.LoadParams(path="/t.py"), p.LoadResult(tools=[]))
+    return host, worker
+
+
+def answer(
+    sender: p.Connection, receiver: p.Connection, method: p.Method[Any, Any], params: Any, result: Any
+) -> p.ResultReceived:
+    req_id, data = sender.send_request(method, params)
+    (received,) = deliver(data, receiver)
+    assert isinstance(received, p.RequestReceived) and received.id == req_id
+    (reply,) = deliver(receiver.send_result(received.id, result), sender)
+    assert isinstance(reply, p.ResultReceived)
+    return reply
+
+
+# --- lifecycle ---------------------------------------------------------------------
+
+
+def test_lifecycle_moves_from_initialize_to_loaded_on_both_sides() -> None:
+    host, worker = pair()
+    assert state(host) is state(worker) is p.State.AWAITING_INIT
+    answer(host, worker, p.INITIALIZE, INIT, p.InitializeResult(protocol_version=1, pid=2))
+    assert state(host) is state(worker) is p.State.READY
+    answer(host, worker, p.LOAD, p.LoadParams(path="/t.py"), p.LoadResult(tools=[]))
+    assert state(host) is state(worker) is p.State.LOADED
+
+
+def test_an_error_answer_to_load_leaves_the_connection_ready() -> None:
+    host, worker = pair(p.State.READY)
+    req_id, data = host.send_request(p.LOAD, p.LoadParams(path="/t.py"))
+    deliver(data, worker)
+    (reply,) = deliver(worker.send_error(req_id, p.ErrorCode.LOAD_ERROR, "no"), host)
+    assert isinstance(reply, p.ErrorReceived) and reply.error.data == {"kind": "load_error"}
+    assert state(host) is state(worker) is p.State.READY
+
+
+def test_shutdown_moves_both_sides_to_closing_and_end_of_stream_to_closed() -> None:
+    host, worker = pair(p.State.LOADED)
+    req_id, data = host.send_request(p.SHUTDOWN, p.ShutdownParams())
+    assert state(host) is p.State.CLOSING
+    assert [type(e) for e in deliver(data, worker)] == [p.RequestReceived]
+    assert state(worker) is p.State.CLOSING
+    (reply,) = deliver(worker.send_result(req_id, None), host)
+    assert reply == p.ResultReceived(id=req_id, method=p.SHUTDOWN, result=None)
+    assert deliver(b"", host) == [p.ConnectionClosed(outstanding=())]
+    assert state(host) is p.State.CLOSED
+
+
+def test_a_request_is_refused_while_closing_but_answers_still_arrive() -> None:
+    host, worker = pair(p.State.LOADED)
+    call_id, call = host.send_request(p.CALL, CALL)
+    _, shutdown = host.send_request(p.SHUTDOWN, p.ShutdownParams())
+    with pytest.raises(p.LocalProtocolError, match="CLOSING"):
+        host.send_request(p.SESSION, p.SessionParams(event={}))
+    received = deliver(call + shutdown, worker)
+    assert [type(e) for e in received] == [p.RequestReceived, p.RequestReceived]
+    (reply,) = deliver(worker.send_result(call_id, p.CallResult(content=[])), host)
+    assert isinstance(reply, p.ResultReceived) and reply.result == p.CallResult(content=[])
+
+
+def test_a_tool_may_still_log_and_prompt_while_closing() -> None:
+    host, worker = pair(p.State.LOADED)
+    deliver(host.send_request(p.SHUTDOWN, p.ShutdownParams())[1], worker)
+    log = worker.send_notification(p.LOG, p.LogParams(call_id=None, level=20, logger="x", message="m"))
+    _, prompt = worker.send_request(p.UI, p.UiParams(call_id=None, method="confirm", args=["a", "b"]))
+    kinds = [type(e) for e in deliver(log + prompt, host)]
+    assert kinds == [p.NotificationReceived, p.RequestReceived]
+
+
+# --- rule 1: every request of ours ends exactly once ------------------------------------
+
+
+def test_ids_count_from_one_and_each_answer_ends_its_request() -> None:
+    host, worker = pair(p.State.LOADED)
+    assert outstanding(host) == ()
+    first, a = host.send_request(p.SESSION, p.SessionParams(event={}))
+    second, b = host.send_request(p.SESSION, p.SessionParams(event={}))
+    assert (first, second) == (3, 4)  # 1 and 2 were initialize and load
+    assert outstanding(host) == (3, 4)
+    deliver(a + b, worker)
+    assert worker.unanswered == (3, 4)
+    (reply,) = deliver(worker.send_result(second, p.SessionResult()), host)
+    assert isinstance(reply, p.ResultReceived) and reply.id == 4 and outstanding(host) == (3,)
+
+
+def test_a_second_answer_to_the_same_id_is_a_remote_error() -> None:
+    host, _ = pair(p.State.READY)
+    req_id, _ = host.send_request(p.SESSION, p.SessionParams(event={}))
+    reply = p.encode_message(p.Response(id=req_id, result=p.encode_value({"warnings": []})))
+    assert isinstance(deliver(reply, host)[0], p.ResultReceived)
+    with pytest.raises(p.RemoteProtocolError, match="second answer"):
+        deliver(reply, host)
+
+
+@pytest.mark.parametrize("bad_id", [99, 0, -1, "3", None])
+def test_an_answer_to_an_id_never_sent_is_a_remote_error(bad_id: Any) -> None:
+    host, _ = pair(p.State.READY)
+    with pytest.raises(p.RemoteProtocolError, match="the host never sent"):
+        deliver(p.encode_message(p.ErrorResponse(id=bad_id, error=p.ErrorObject(code=1, message="x"))), host)
+    assert state(host) is p.State.ERROR
+
+
+def test_an_answer_to_an_abandoned_request_is_dropped_without_an_event() -> None:
+    host, worker = pair(p.State.LOADED)
+    req_id, data = host.send_request(p.CALL, CALL)
+    deliver(data, worker)
+    host.abandon(req_id)
+    host.abandon(req_id)  # idempotent
+    assert outstanding(host) == ()
+    assert deliver(worker.send_result(req_id, p.CallResult(content=[])), host) == []
+    assert state(host) is p.State.LOADED
+
+
+def test_end_of_stream_lists_the_requests_that_will_never_be_answered() -> None:
+    host, _ = pair(p.State.LOADED)
+    a, _ = host.send_request(p.CALL, CALL)
+    b, _ = host.send_request(p.SESSION, p.SessionParams(event={}))
+    host.abandon(a)
+    assert deliver(b"", host) == [p.ConnectionClosed(outstanding=(b,))]
+    assert host.next_event() == p.ConnectionClosed(outstanding=(b,))  # and it stays closed
+    assert outstanding(host) == ()
+
+
+def test_close_returns_the_outstanding_requests_and_drops_their_late_answers() -> None:
+    host, worker = pair(p.State.LOADED)
+    req_id, data = host.send_request(p.CALL, CALL)
+    deliver(data, worker)
+    assert host.close() == (req_id,)
+    assert state(host) is p.State.CLOSED
+    assert deliver(worker.send_result(req_id, p.CallResult(content=[])), host) == []
+    with pytest.raises(p.LocalProtocolError, match="CLOSED"):
+        host.send_notification(p.CANCEL, p.CancelParams(call_id="c1", reason="x"))
+
+
+# --- rule 2: every request of theirs is answered exactly once, or refused ----------------
+
+
+def test_an_incoming_request_is_answered_exactly_once() -> None:
+    host, worker = pair(p.State.LOADED)
+    req_id, data = host.send_request(p.CALL, CALL)
+    (received,) = deliver(data, worker)
+    assert received == p.RequestReceived(id=req_id, method=p.CALL, params=CALL)
+    worker.send_error(req_id, p.ErrorCode.TOOL_ERROR, "boom", traceback="tb")
+    assert worker.unanswered == ()
+    with pytest.raises(p.LocalProtocolError, match="no unanswered request"):
+        worker.send_result(req_id, p.CallResult(content=[]))
+    with pytest.raises(p.LocalProtocolError, match="no unanswered request"):
+        worker.send_error(12345, p.ErrorCode.TOOL_ERROR, "never asked")
+
+
+def test_a_duplicate_id_of_an_unanswered_request_is_refused() -> None:
+    _, worker = pair(p.State.LOADED)
+    request = p.encode_message(p.Request(id=7, method="call", params=p.encode_value(CALL)))
+    assert isinstance(deliver(request, worker)[0], p.RequestReceived)
+    (refused,) = deliver(request, worker)
+    assert isinstance(refused, p.RequestRefused) and refused.error.code == p.ErrorCode.INVALID_REQUEST
+    assert worker.unanswered == (7,)
+
+
+def test_an_unknown_method_is_refused_with_a_ready_reply_and_the_connection_goes_on() -> None:
+    _, worker = pair(p.State.READY)
+    (refused,) = deliver(p.encode_message(p.Request(id="x", method="no/such")), worker)
+    assert isinstance(refused, p.RequestRefused)
+    assert (refused.id, refused.method_name, refused.error.code) == ("x", "no/such", p.ErrorCode.METHOD_NOT_FOUND)
+    assert p.decode_message(refused.reply[p.HEADER_BYTES :]) == p.ErrorResponse(id="x", error=refused.error)
+    assert refused.error.data is None and worker.unanswered == () and state(worker) is p.State.READY
+
+
+def test_a_request_only_the_other_side_sends_is_an_unknown_method() -> None:
+    host, _ = pair(p.State.LOADED)
+    (refused,) = deliver(p.encode_message(p.Request(id=1, method="load", params=p.encode_value({"path": "/"}))), host)
+    assert isinstance(refused, p.RequestRefused) and refused.error.code == p.ErrorCode.METHOD_NOT_FOUND
+
+
+def test_an_out_of_state_request_is_refused() -> None:
+    _, worker = pair()
+    (refused,) = deliver(p.encode_message(p.Request(id=1, method="call", params=p.encode_value(CALL))), worker)
+    assert isinstance(refused, p.RequestRefused) and refused.error.code == p.ErrorCode.INVALID_REQUEST
+    assert "AWAITING_INIT" in refused.error.message and state(worker) is p.State.AWAITING_INIT
+
+
+def test_a_request_with_malformed_params_is_refused_as_invalid_params() -> None:
+    _, worker = pair(p.State.LOADED)
+    (refused,) = deliver(p.encode_message(p.Request(id=4, method="call", params=p.encode_value({"tool": 1}))), worker)
+    assert isinstance(refused, p.RequestRefused) and refused.error.code == p.ErrorCode.INVALID_PARAMS
+    assert refused.error.message.startswith("bad call params: ")
+
+
+# --- notifications -------------------------------------------------------------------
+
+
+def test_a_notification_is_decoded_into_its_params_type() -> None:
+    host, worker = pair(p.State.LOADED)
+    data = host.send_notification(p.CANCEL, p.CancelParams(call_id="c1", reason="timeout"))
+    assert deliver(data, worker) == [p.NotificationReceived(method=p.CANCEL, params=p.CancelParams("c1", "timeout"))]
+
+
+def test_unknown_and_out_of_state_notifications_are_dropped() -> None:
+    _, worker = pair()
+    unknown = p.encode_message(p.Notification(method="no/such"))
+    early = p.encode_message(p.Notification(method="$/cancel", params=p.encode_value({"call_id": "c", "reason": "r"})))
+    assert [e.reason for e in deliver(unknown + early, worker) if isinstance(e, p.NotificationDropped)] == [
+        "unknown notification",
+        "not allowed while AWAITING_INIT",
+    ]
+
+
+def test_a_notification_with_malformed_params_is_a_remote_error_that_sticks() -> None:
+    host, _ = pair(p.State.LOADED)
+    with pytest.raises(p.RemoteProtocolError, match="malformed 'update' message") as first:
+        deliver(p.encode_message(p.Notification(method="update", params=p.encode_value({"call_id": 1}))), host)
+    assert state(host) is p.State.ERROR
+    with pytest.raises(p.RemoteProtocolError) as again:
+        host.next_event()
+    assert again.value is first.value
+    with pytest.raises(p.RemoteProtocolError):
+        host.receive_data(b"more")
+
+
+# --- rule 3: results are typed ------------------------------------------------------------
+
+
+def test_a_result_is_decoded_into_the_method_result_type() -> None:
+    host, worker = pair(p.State.LOADED)
+    reply = answer(host, worker, p.RENDER, p.RenderParams(tool="t", kind="call"), p.RenderResult(text="hi"))
+    assert reply.result == p.RenderResult(text="hi") and reply.method is p.RENDER
+
+
+def test_a_result_that_does_not_fit_its_type_is_a_remote_error_naming_the_method() -> None:
+    host, _ = pair(p.State.LOADED)
+    req_id, _ = host.send_request(p.CALL, CALL)
+    with pytest.raises(p.RemoteProtocolError, match="malformed call result"):
+        deliver(p.encode_message(p.Response(id=req_id, result=p.encode_value({"content": 3}))), host)
+    assert host.close() == (req_id,)  # not answered: still listed
+    assert state(host) is p.State.ERROR
+
+
+def test_a_ui_result_is_any_json() -> None:
+    host, worker = pair(p.State.LOADED)
+    assert answer(worker, host, p.UI, p.UiParams(call_id=None, method="select"), ["a", 1]).result == ["a", 1]
+
+
+# --- rule 4: this side's mistakes are LocalProtocolError and change nothing ----------------------
+
+
+def test_sending_a_method_of_the_other_side_is_a_local_error() -> None:
+    host, worker = pair(p.State.LOADED)
+    with pytest.raises(p.LocalProtocolError, match="sent by the host"):
+        worker.send_request(p.CALL, CALL)
+    with pytest.raises(p.LocalProtocolError, match="sent by the worker"):
+        host.send_notification(p.LOG, p.LogParams(call_id=None, level=1, logger="", message=""))
+
+
+def test_sending_out_of_state_is_a_local_error_that_registers_nothing() -> None:
+    host, _ = pair()
+    with pytest.raises(p.LocalProtocolError, match="AWAITING_INIT"):
+        host.send_request(p.CALL, CALL)
+    assert outstanding(host) == () and host.send_request(p.INITIALIZE, INIT)[0] == 1
+
+
+def test_params_of_the_wrong_type_are_a_local_error() -> None:
+    host, _ = pair(p.State.LOADED)
+    with pytest.raises(p.LocalProtocolError, match="must be CallParams"):
+        host.send_request(p.CALL, p.LoadParams(path="/"))  # type: ignore[misc]
+    with pytest.raises(p.LocalProtocolError, match="JSON-serialisable"):
+        host.send_request(
+            p.CALL, p.CallParams(call_id="c", tool="t", arguments=msgspec.Raw(b"{}"), ctx={"x": object()})
+        )
+    assert outstanding(host) == ()
+
+
+def test_a_frame_over_the_limit_is_a_local_error_that_registers_nothing() -> None:
+    host, worker = pair(p.State.LOADED)
+    host.max_frame_bytes = worker.max_frame_bytes = 200
+    with pytest.raises(p.FrameTooLarge) as exc:
+        host.send_request(p.SESSION, p.SessionParams(event={"x": "y" * 300}))
+    assert exc.value.limit == 200 and exc.value.size > 200 and outstanding(host) == ()
+    req_id, data = host.send_request(p.CALL, CALL)
+    deliver(data, worker)
+    with pytest.raises(p.LocalProtocolError):
+        worker.send_result(req_id, p.CallResult(content=[{"text": "z" * 300}]))
+    assert worker.unanswered == (req_id,)  # still to answer, with something smaller
+    worker.send_error(req_id, p.ErrorCode.LIMIT_EXCEEDED, "too big", limit="output")
+
+
+def test_data_after_the_end_of_stream_is_a_local_error() -> None:
+    _, worker = pair()
+    worker.receive_data(b"")
+    with pytest.raises(p.LocalProtocolError):
+        worker.receive_data(b"x")
+
+
+def test_garbage_is_a_remote_error() -> None:
+    _, worker = pair(p.State.READY)
+    with pytest.raises(p.RemoteProtocolError):
+        deliver(b"\x00\x00\x00\x02{]", worker)
+    assert state(worker) is p.State.ERROR and worker.close() == ()
+    assert state(worker) is p.State.ERROR
+
+
+# --- other transports --------------------------------------------------------------------
+
+
+def test_whole_messages_and_lines_for_newline_delimited_transports() -> None:
+    server = p.Connection(p.Role.WORKER, encode=p.encode_line)
+    server.receive_message(p.Request(id="a", method="nope"))
+    (refused,) = events(server)
+    assert isinstance(refused, p.RequestRefused) and refused.reply.endswith(b"\n")
+    assert p.decode_message(refused.reply.rstrip(b"\n")).id == "a"  # type: ignore[union-attr]
+
+
+def test_a_table_of_its_own_with_its_own_lifecycle() -> None:
+    hello = p.Method("hello", dict[str, Any], dict[str, Any], sender=p.Role.HOST,
+                     allowed=[p.State.AWAITING_INIT], on_result=p.State.LOADED)  # fmt: skip
+    table = p.MethodTable([hello], [])
+    client, server = p.Connection(p.Role.HOST, table), p.Connection(p.Role.WORKER, table)
+    reply = answer(client, server, hello, {"a": 1}, {"b": 2})
+    assert reply.result == {"b": 2} and state(client) is state(server) is p.State.LOADED
+    with pytest.raises(p.LocalProtocolError, match="not in this connection's method table"):
+        client.send_request(p.CALL, CALL)

@@ -1,0 +1,228 @@
+"""One tool call in the worker: its cancellation state, its ``ctx``, and running it to an outcome.
+
+Cancellation reaches a call three ways, and each one is handled here or by the
+state kept here: the reader thread's ``$/cancel`` marks the call's signal (and
+cancels an async tool's task through :class:`AsyncBridge`), SIGTERM raises
+:class:`ToolCancelled` in a synchronous tool while ``in_tool`` is set, and a
+cancel that arrived before its call starts it already aborted.
+
+An outcome is a result for ``send_result`` (a Struct, or Raw already encoded)
+or an :class:`ErrorObject` for ``send_error_object``.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from typing import Any, TypeAlias
+
+import msgspec
+
+from . import _methods as m
+from ._api import HostLink
+from ._channel import Channel
+from ._frames import encode_value
+from ._messages import ErrorCode, ErrorObject, error_object
+from ._signal import AbortSignal, ToolCancelled
+from ._tools import LoadedTool, ResultError, normalize_result
+
+Outcome: TypeAlias = Any  # a result, or an ErrorObject
+
+_PATH_RE = re.compile(r" - at `([^`]*)`$")
+
+
+class Call:
+    __slots__ = ("call_id", "signal", "in_tool", "task", "terminated")
+
+    def __init__(self, call_id: str) -> None:
+        self.call_id = call_id
+        self.signal = AbortSignal()
+        self.in_tool = False  # True only while the main thread runs tool code: SIGTERM may raise there
+        self.terminated = False  # SIGTERM arrived
+        self.task: Any = None  # the asyncio.Task of an async tool
+
+
+class Ctx:
+    """``ctx`` for ``execute`` and ``on_session``: the host's shared state (read-only) and ``abort()``."""
+
+    __slots__ = ("_state", "_link", "_call_id")
+
+    def __init__(self, state: dict[str, Any], link: HostLink | None = None, call_id: str | None = None) -> None:
+        self._state = state
+        self._link = link
+        self._call_id = call_id
+
+    def abort(self, reason: str = "aborted by the tool") -> None:
+        """Ask the host to cancel the whole current operation (every call grouped with this one)."""
+        if self._link is not None:
+            self._link.notify(m.ABORT, m.AbortParams(call_id=self._call_id, reason=reason))
+
+    def __getitem__(self, key: str) -> Any:
+        return self._state[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._state.get(key, default)
+
+    @property
+    def state(self) -> dict[str, Any]:
+        return dict(self._state)
+
+    def __repr__(self) -> str:
+        return f"<ctx {sorted(self._state)}>"
+
+
+class AsyncBridge:
+    """Runs async tools and hooks on one asyncio loop, created (and asyncio imported) on first use."""
+
+    def __init__(self) -> None:
+        self.loop: Any = None
+
+    def run(self, awaitable: Any, call: Call | None) -> Any:
+        import asyncio
+
+        if self.loop is None:
+            self.loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(self.loop)
+
+        async def runner() -> Any:
+            return await awaitable
+
+        task = self.loop.create_task(runner())
+        if call is not None:
+            call.task = task
+            if call.signal.aborted:
+                task.cancel(call.signal.reason)
+        try:
+            return self.loop.run_until_complete(task)
+        finally:
+            if call is not None:
+                call.task = None
+
+    def cancel(self, call: Call, reason: str | None) -> None:
+        """Cancel the call's task, from any thread (or the signal handler)."""
+        loop, task = self.loop, call.task
+        if task is not None and loop is not None:
+            loop.call_soon_threadsafe(task.cancel, reason)
+
+    def run_hook(self, fn: Callable[..., Any], *args: Any) -> Any:
+        value = fn(*args)
+        if hasattr(value, "__await__"):
+            value = self.run(value, None)
+        return value
+
+
+def decode_arguments(loaded: LoadedTool, params: m.CallParams) -> Any:
+    """The call's arguments in the tool's type, or the invalid_arguments error."""
+    try:
+        return loaded.decoder.decode(params.arguments)
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        match = _PATH_RE.search(text)
+        return error_object(
+            ErrorCode.INVALID_ARGUMENTS,
+            f"invalid arguments for {params.tool!r}: {text}",
+            path=match.group(1) if match else "$",
+        )
+    except msgspec.DecodeError as exc:
+        return error_object(ErrorCode.INVALID_ARGUMENTS, f"arguments are not JSON: {exc}", path="$")
+
+
+def execute(
+    loaded: LoadedTool,
+    params: m.CallParams,
+    args: Any,
+    call: Call,
+    channel: Channel,
+    link: HostLink,
+    bridge: AsyncBridge,
+) -> Outcome:
+    """Run the tool to its outcome. The caller has made ``call`` the current one."""
+
+    def on_update(partial: object) -> None:
+        update = normalize_result(partial, "on_update()'s partial result")
+        try:
+            body = encode_value(m.UpdateParams(call_id=params.call_id, partial=update))
+        except (TypeError, msgspec.EncodeError) as exc:
+            raise TypeError(f"on_update()'s details are not JSON-serialisable: {exc}") from None
+
+        def send() -> None:
+            channel.send(lambda conn: conn.send_notification(m.UPDATE, body))
+
+        if not (call.in_tool and threading.current_thread() is threading.main_thread()):
+            send()
+            return
+        # SIGTERM must not raise inside our own frame write: hold it off
+        # while sending, and deliver it as soon as control returns to the tool.
+        call.in_tool = False
+        try:
+            send()
+        finally:
+            call.in_tool = True
+        if call.terminated:
+            raise ToolCancelled(call.signal.reason)
+
+    try:
+        try:
+            call.in_tool = True
+            if call.signal.aborted:
+                raise ToolCancelled(call.signal.reason)
+            value = loaded.tool.execute(
+                params.call_id, args, on_update, Ctx(params.ctx, link, call.call_id), call.signal
+            )
+            call.in_tool = False
+            if hasattr(value, "__await__"):
+                value = bridge.run(value, call)
+        finally:
+            call.in_tool = False
+        result = normalize_result(value)
+        try:
+            return encode_value(result)
+        except (TypeError, msgspec.EncodeError) as exc:
+            return error_object(
+                ErrorCode.TOOL_ERROR,
+                f"the result's details are not JSON-serialisable: {exc}; return only dicts, lists, "
+                "strings, numbers, booleans and None",
+            )
+    except ResultError as exc:
+        return error_object(ErrorCode.TOOL_ERROR, str(exc))
+    except BaseException as exc:
+        return _failure(exc, call)
+
+
+def _failure(exc: BaseException, call: Call) -> ErrorObject:
+    if call.signal.aborted and _is_cancellation(exc):
+        return error_object(ErrorCode.CANCELLED, f"cancelled: {call.signal.reason}")
+    if isinstance(exc, SystemExit):
+        message = f"the tool called sys.exit({exc.code!r})"
+    else:
+        message = str(exc) or type(exc).__name__
+    limit = _limit_hit(exc)
+    if limit is not None:
+        return error_object(
+            ErrorCode.LIMIT_EXCEEDED,
+            f"{limit} limit exceeded: {type(exc).__name__}: {message}",
+            limit=limit,
+            traceback=traceback.format_exc(),
+        )
+    return error_object(ErrorCode.TOOL_ERROR, message, traceback=traceback.format_exc())
+
+
+def _limit_hit(exc: BaseException) -> str | None:
+    """Which sandbox limit an uncaught exception comes from, if any."""
+    import errno
+
+    if isinstance(exc, MemoryError):
+        return "memory"
+    if isinstance(exc, OSError):
+        return {errno.EFBIG: "file_size", errno.EMFILE: "open_files"}.get(exc.errno or 0)
+    return None
+
+
+def _is_cancellation(exc: BaseException) -> bool:
+    if isinstance(exc, ToolCancelled):
+        return True
+    asyncio = sys.modules.get("asyncio")
+    return asyncio is not None and isinstance(exc, asyncio.CancelledError)
