@@ -429,12 +429,7 @@ class WorkerProcess:
         Cancellation: the request is abandoned; the worker may still be working
         on it, so the caller must stop the worker.
         """
-        inflight = await self.start_call(method, params)
-        try:
-            await inflight.wait()
-        finally:
-            inflight.abandon()
-        return inflight.outcome()
+        return await _outcome(await self.start_call(method, params))
 
     @overload
     async def notify(self, notice: p.Notice[P], params: P) -> None: ...
@@ -467,12 +462,15 @@ class WorkerProcess:
 
     async def request(self, method: str, params: Any) -> msgspec.Raw:
         """:meth:`call` by method name; the result is raw JSON."""
-        inflight = await self.send_request(method, params)
-        try:
-            await inflight.wait()
-        finally:
-            inflight.abandon()
-        return inflight.outcome()
+        return await _outcome(await self.send_request(method, params))
+
+
+async def _outcome(inflight: InFlight[R]) -> R:
+    try:
+        await inflight.wait()
+    finally:
+        inflight.abandon()
+    return inflight.outcome()
 
 
 def _raw(params: Any) -> msgspec.Raw:
