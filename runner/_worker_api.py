@@ -107,16 +107,14 @@ class Tail(Protocol):
 class PoolWorker(Protocol):
     """One started worker, as the pool, the call layer and the bridge use it.
 
+    Which module it loaded and what it was told about the UI are the pool's
+    records, not the worker's.
+
     Every wait is bounded by the worker itself (``kill``, ``shutdown``) or by the
     caller's deadline (``call``, ``InFlight.wait``): a cancelled ``call`` abandons
     its request, and the worker may still be working on it, so the caller must
     then stop the worker.
     """
-
-    module: str
-    """The tool module it has loaded (or will: a spare is given its module when taken)."""
-    has_ui: bool
-    """What the worker was last told about the UI (set it, then send ``p.UI_CHANGED``)."""
 
     @property
     def pid(self) -> int: ...
