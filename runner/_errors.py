@@ -7,14 +7,24 @@
     ├── ProtocolError                          cannot be instantiated directly
     │   ├── LocalProtocolError                 we tried to send something illegal: a bug here
     │   └── RemoteProtocolError                the worker sent something that is not the protocol
-    └── WorkerError
-        ├── WorkerStartupError                 the worker could not be started
-        └── WorkerDied                         the worker exited; carries how and its stderr tail
+    ├── WorkerError
+    │   ├── WorkerStartupError                 the worker could not be started
+    │   └── WorkerDied                         the worker exited; carries how and its stderr tail
+    ├── RemoteError                            the worker answered a request with an error object
+    └── RemoteRequestRefused                   a host handler refuses a worker's request (internal)
+
+The three protocol errors are also the protocol layer's own
+(``worker._messages.ProtocolError`` and its two subclasses), so that an
+``except`` on either hierarchy catches them: the protocol layer raises its
+classes, and the runner re-raises nothing it does not have to.
 """
 
 from __future__ import annotations
 
 import signal as _signal
+from typing import Any
+
+from worker import _messages
 
 
 class RunnerError(Exception):
@@ -25,7 +35,7 @@ class ConfigError(RunnerError, ValueError):
     """An option given to the runner is invalid; the message says which and how to fix it."""
 
 
-class ProtocolError(RunnerError):
+class ProtocolError(RunnerError, _messages.ProtocolError):
     """The protocol was broken. Raise one of the two subclasses."""
 
     def __init__(self, message: str) -> None:
@@ -34,11 +44,11 @@ class ProtocolError(RunnerError):
         super().__init__(message)
 
 
-class LocalProtocolError(ProtocolError):
+class LocalProtocolError(ProtocolError, _messages.LocalProtocolError):
     """The host tried to send something the protocol does not allow (a bug in xcsh-run)."""
 
 
-class RemoteProtocolError(ProtocolError):
+class RemoteProtocolError(ProtocolError, _messages.RemoteProtocolError):
     """The worker sent bytes that are not the protocol."""
 
 
@@ -70,6 +80,26 @@ class WorkerDied(WorkerError):
     @property
     def exit_code(self) -> int | None:
         return self.returncode if self.returncode >= 0 else None
+
+
+class RemoteError(RunnerError):
+    """The worker answered a request with a JSON-RPC error object (``error``)."""
+
+    def __init__(self, error: _messages.ErrorObject) -> None:
+        self.error = error
+        super().__init__(error.message)
+
+    @property
+    def data(self) -> dict[str, Any]:
+        return self.error.data if isinstance(self.error.data, dict) else {}
+
+
+class RemoteRequestRefused(RunnerError):
+    """Raised by a host handler to answer a worker's request with a JSON-RPC error."""
+
+    def __init__(self, code: int, message: str) -> None:
+        self.code = code
+        super().__init__(message)
 
 
 def signal_name(returncode: int) -> str | None:
