@@ -25,10 +25,11 @@ from ._calls import CallTable, str_or_none
 from ._config import RunnerConfig
 from ._errors import ConfigError, RemoteProtocolError, WorkerDied, describe_exit
 from ._housekeeping import Housekeeping
-from ._pool import PoolWorker, Slot, WorkerPool
+from ._pool import Slot, WorkerPool
 from ._proc import RemoteError, RemoteRequestRefused
 from ._registry import LoadFailed, ToolInfo, ToolRegistry
 from ._results import ErrorKind, ToolResult, error_result
+from ._worker_api import PoolWorker
 
 tool_log: Final = logging.getLogger("xcsh_run.tool")
 log: Final = logging.getLogger("xcsh_run")
@@ -170,12 +171,12 @@ class HostBridge:
         has_ui = self._pool.has_ui
         if slot.has_ui != has_ui:
             slot.has_ui = has_ui
-            await slot.worker.notify(p.N_UI_CHANGED, p.UiChangedParams(has_ui=has_ui))
+            await slot.worker.notify(p.UI_CHANGED, p.UiChangedParams(has_ui=has_ui))
 
-    async def on_request(self, worker: PoolWorker, request: p.Request) -> Any:
-        if request.method != p.M_UI:
-            raise RemoteRequestRefused(int(p.ErrorCode.METHOD_NOT_FOUND), f"unknown method {request.method!r}")
-        params = msgspec.json.decode(request.params, type=p.UiParams)
+    async def on_request(self, worker: PoolWorker, request: p.RequestReceived) -> Any:
+        if request.method is not p.UI:
+            raise RemoteRequestRefused(int(p.ErrorCode.METHOD_NOT_FOUND), f"unknown method {request.method.name!r}")
+        params: p.UiParams = request.params
         if params.method not in p.UI_METHODS:
             raise RemoteRequestRefused(int(p.ErrorCode.INVALID_PARAMS), f"unknown UI method {params.method!r}")
         default = UI_DEFAULTS[params.method]
@@ -195,9 +196,9 @@ class HostBridge:
                     call.ui_scopes.discard(scope)
         return default  # cancelled with its call
 
-    def on_notification(self, worker: PoolWorker, message: p.Notification) -> None:
-        if message.method == p.N_LOG:
-            record = msgspec.json.decode(message.params, type=p.LogParams)
+    def on_notification(self, worker: PoolWorker, message: p.NotificationReceived) -> None:
+        if message.method is p.LOG:
+            record: p.LogParams = message.params
             call = self._calls.get(record.call_id)
             slot = self._pool.slot(worker)
             tool = call.tool if call is not None else os.path.basename(slot.module) if slot is not None else ""
@@ -207,11 +208,11 @@ class HostBridge:
                 record.message,
                 extra={"tool": tool, "call_id": record.call_id, "pid": worker.pid, "tool_logger": record.logger},
             )
-        elif message.method == p.N_ABORT:
-            abort = msgspec.json.decode(message.params, type=p.AbortParams)
+        elif message.method is p.ABORT:
+            abort: p.AbortParams = message.params
             self._calls.abort(abort.call_id, abort.reason)
-        elif message.method == p.N_PENDING:
-            push = msgspec.json.decode(message.params, type=p.PendingPushParams)
+        elif message.method is p.PENDING:
+            push: p.PendingPushParams = message.params
             # The action's callables live in this worker: it stays until the
             # action is resolved or the runner closes.
             self._pool.pin(worker)
@@ -219,8 +220,8 @@ class HostBridge:
                 PendingActionRecord(push.action_id, worker, push.label, push.details, push.source_tool_name,
                                     push.call_id)
             )  # fmt: skip
-        elif message.method == p.M_UI:
-            ui = msgspec.json.decode(message.params, type=p.UiParams)
+        elif message.method is p.UI_NOTICE:
+            ui: p.UiParams = message.params
             if ui.method in ("notify", "set_status", "set_editor_text"):
                 # Housekeeping: a UI whose notify never returns must not hold the runner open.
                 self._housekeeping.start_soon(self._fire_ui, ui.method, ui.args)
@@ -265,8 +266,8 @@ class HostBridge:
             )
         try:
             with trio.fail_after(self._config.default_timeout):
-                raw = await worker.request(
-                    p.M_RESOLVE, p.ResolveParams(action_id=record.action_id, action=action, reason=reason)
+                resolved = await worker.call(
+                    p.RESOLVE, p.ResolveParams(action_id=record.action_id, action=action, reason=reason)
                 )
         except RemoteError as exc:
             return error_result(
@@ -277,11 +278,7 @@ class HostBridge:
                 # It may still be running apply(): that worker cannot be trusted with more work.
                 await self._retire(worker)
             return error_result(ErrorKind.TOOL_ERROR, f"pending action {record.label!r} was lost: {exc}")
-        try:
-            outcome = msgspec.json.decode(raw, type=p.ResolveResult).result
-        except msgspec.DecodeError as exc:
-            await self._retire(worker)  # it broke the protocol: not trusted with more work
-            return error_result(ErrorKind.PROTOCOL_ERROR, f"the worker sent a malformed resolve result: {exc}")
+        outcome = resolved.result
         if outcome is None:
             verb = "Applied" if action == "apply" else "Discarded"
             text = f"{verb}: {record.label}. Reason: {reason}"
@@ -305,8 +302,8 @@ class HostBridge:
             name = os.path.basename(slot.module)
             with trio.move_on_after(timeout) as scope:
                 try:
-                    raw = await slot.worker.request(p.M_SESSION, p.SessionParams(event=payload, ctx=self.context))
-                    warnings.extend(msgspec.json.decode(raw, type=p.SessionResult).warnings)
+                    result = await slot.worker.call(p.SESSION, p.SessionParams(event=payload, ctx=self.context))
+                    warnings.extend(result.warnings)
                 except (RemoteError, WorkerDied, RemoteProtocolError) as exc:
                     warnings.append(f"{name}: session event not delivered: {exc}")
             if scope.cancelled_caught:
@@ -351,12 +348,12 @@ class HostBridge:
         healthy = False
         try:
             with trio.move_on_after(timeout):
-                raw = await slot.worker.request(p.M_RENDER, params)
+                rendered = await slot.worker.call(p.RENDER, params)
                 healthy = True
-                return msgspec.json.decode(raw, type=p.RenderResult).text
+                return rendered.text
             log.warning("render_%s of %s did not return within %g s; default rendering used", params.kind,
                         info.name, timeout)  # fmt: skip
-        except (RemoteError, WorkerDied, RemoteProtocolError, msgspec.DecodeError) as exc:
+        except (RemoteError, WorkerDied, RemoteProtocolError) as exc:
             healthy = isinstance(exc, RemoteError)
             log.warning("render_%s of %s failed (%s); default rendering used", params.kind, info.name, exc)
         finally:

@@ -44,12 +44,13 @@ from worker import _protocol as p
 
 from ._config import check_seconds
 from ._errors import ConfigError, RemoteProtocolError, WorkerDied, describe_exit
-from ._pool import InFlight, PoolWorker, Slot, WorkerPool, failed_in_flight
+from ._pool import Slot, WorkerPool
 from ._proc import RemoteError
 from ._registry import LoadFailed, ToolInfo, ToolRegistry, last_line
 from ._results import ErrorKind, ToolResult, error_result
 from ._sandbox import Probe, SandboxPolicy, check
 from ._validate import ArgumentValidator, SchemaProblem
+from ._worker_api import InFlight, PoolWorker
 
 log: Final = logging.getLogger("xcsh_run")
 UpdateCallback = Callable[[dict[str, Any]], object]
@@ -67,7 +68,7 @@ class Rung(enum.StrEnum):
 # How to stop a call's worker, in the spirit of trio's `run_process(deliver_cancel=...)`:
 # given the worker, the call id, the reason and the call's request (if sent), stop
 # it and say which rung did. It must leave the worker dead or dying, and be bounded.
-DeliverCancel = Callable[[PoolWorker, str, str, InFlight | None], Awaitable[Rung]]
+DeliverCancel = Callable[[PoolWorker, str, str, "InFlight[p.CallResult] | None"], Awaitable[Rung]]
 
 
 @dataclass(frozen=True)
@@ -76,14 +77,16 @@ class CancelLadder:
 
     grace: float
 
-    async def __call__(self, worker: PoolWorker, call_id: str, reason: str, pending: InFlight | None) -> Rung:
+    async def __call__(
+        self, worker: PoolWorker, call_id: str, reason: str, pending: InFlight[p.CallResult] | None
+    ) -> Rung:
         rung = Rung.KILLED
         with trio.CancelScope(shield=True):
             with trio.move_on_after(self.grace):
-                await worker.notify(p.N_CANCEL, p.CancelParams(call_id=call_id, reason=reason))
+                await worker.notify(p.CANCEL, p.CancelParams(call_id=call_id, reason=reason))
                 worker.terminate()
                 if pending is not None:
-                    await pending.event.wait()
+                    await pending.wait()
                 else:
                     await worker.wait_exited()
                 rung = Rung.COOPERATIVE
@@ -264,7 +267,7 @@ class Calls:
         policy: SandboxPolicy,
     ) -> ToolResult:
         slot: Slot | None = None
-        pending: InFlight | None = None
+        pending: InFlight[p.CallResult] | None = None
         healthy = False
         lock = self._exclusive.setdefault(info.name, trio.Lock()) if info.concurrency == "exclusive" else None
         holds_lock = holds_slot = False
@@ -287,17 +290,16 @@ class Calls:
                     await self._before_call(slot)
                 params = p.CallParams(call_id=call.call_id, tool=info.name, arguments=raw_args, ctx=ctx)
                 try:
-                    pending = await slot.worker.send_request(
-                        p.M_CALL, params, on_update=(call.call_id, _deliverer(on_update))
-                    )
+                    pending = await slot.worker.start_call(p.CALL, params, on_update=_deliverer(on_update))
                 except p.LocalProtocolError as exc:
                     healthy = True  # nothing was sent: the worker is as good as before
                     return _too_big(info, exc)
                 except (WorkerDied, RemoteProtocolError) as exc:
                     # It died (or broke the protocol) between being taken and
                     # being sent the call: reported like a death during the call.
-                    pending = failed_in_flight(exc)
-                await pending.event.wait()
+                    pending = InFlight()
+                    pending.set_error(exc)
+                await pending.wait()
             if scope.cancelled_caught:
                 kind = ErrorKind.CANCELLED if call.reason is not None else ErrorKind.TIMEOUT
                 if slot is None:
@@ -321,7 +323,7 @@ class Calls:
         finally:
             if slot is not None:
                 if pending is not None:
-                    slot.worker.forget(pending)
+                    pending.abandon()
                 await self._pool.finish(slot, healthy=healthy)
             if holds_slot:
                 self._limiter.release_on_behalf_of(call)
@@ -375,10 +377,10 @@ def _stopped(
     )
 
 
-def interpret(info: ToolInfo, worker: PoolWorker, pending: InFlight) -> ToolResult:
+def interpret(info: ToolInfo, worker: PoolWorker, pending: InFlight[p.CallResult]) -> ToolResult:
     """The worker's answer (or its end) as a result."""
     try:
-        raw = pending.outcome()
+        result = pending.outcome()
     except RemoteError as exc:
         data = exc.data
         kind = ErrorKind(p.kind_of(exc.error.code))  # rule 3
@@ -406,10 +408,6 @@ def interpret(info: ToolInfo, worker: PoolWorker, pending: InFlight) -> ToolResu
     except RemoteProtocolError as exc:
         tail = worker.stderr_tail.text() or None
         return error_result(ErrorKind.PROTOCOL_ERROR, str(exc), stderr_tail=tail, module=info.module)
-    try:
-        result = msgspec.json.decode(raw, type=p.CallResult)
-    except msgspec.DecodeError as exc:
-        return error_result(ErrorKind.PROTOCOL_ERROR, f"the worker sent a malformed result: {exc}", module=info.module)
     return ToolResult(content=result.content, details=result.details)
 
 

@@ -32,76 +32,17 @@ import enum
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Final, Protocol, TypeVar
+from typing import Final, Protocol, TypeVar
 
-import msgspec
 import trio
-
-from worker import _protocol as p
 
 from ._errors import ConfigError, RemoteProtocolError, WorkerError
 from ._housekeeping import Housekeeping
-from ._proc import _Pending
 from ._sandbox import MiB, SandboxPolicy
+from ._worker_api import PoolWorker
 
 log: Final = logging.getLogger("xcsh_run")
 R = TypeVar("R")
-
-# A request in flight, as WorkerProcess.send_request returns it: its `event`
-# fires on the answer or the worker's end, `outcome()` gives the one or raises the other.
-InFlight = _Pending
-
-
-def failed_in_flight(error: BaseException) -> InFlight:
-    """A request that ended before it was sent (the worker died or broke the protocol first)."""
-    pending = InFlight(0)
-    pending.error = error
-    pending.event.set()
-    return pending
-
-
-class BoundaryView(Protocol):
-    """What the pool and the calls read of a worker's kill boundary."""
-
-    def members(self) -> list[int]: ...
-    def oom_kills(self) -> int: ...
-    def pids_limit_hits(self) -> int: ...
-
-
-class Tail(Protocol):
-    def text(self, max_chars: int = ...) -> str: ...
-
-
-class PoolWorker(Protocol):
-    """What the pool, the calls and the bridge may use of a worker (WorkerProcess has all of it)."""
-
-    @property
-    def pid(self) -> int: ...
-    @property
-    def alive(self) -> bool: ...
-    @property
-    def returncode(self) -> int | None: ...
-    @property
-    def unenforced(self) -> list[str]: ...
-    @property
-    def output_exceeded(self) -> bool: ...
-    @property
-    def boundary(self) -> BoundaryView: ...
-    @property
-    def stderr_tail(self) -> Tail: ...
-
-    def cpu_seconds(self) -> float: ...
-    def rss_bytes(self) -> int: ...
-    async def request(self, method: str, params: Any) -> msgspec.Raw: ...
-    async def send_request(
-        self, method: str, params: Any, *, on_update: tuple[str, Callable[[p.CallResult], None]] | None = None
-    ) -> InFlight: ...
-    def forget(self, pending: InFlight) -> None: ...
-    async def notify(self, method: str, params: Any) -> None: ...
-    def terminate(self) -> None: ...
-    async def kill(self) -> None: ...
-    async def wait_exited(self) -> None: ...
-    async def shutdown(self, grace: float) -> None: ...
 
 
 class WorkerFactory(Protocol):

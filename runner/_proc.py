@@ -22,15 +22,13 @@ moving bytes and waking waiters:
 from __future__ import annotations
 
 import contextlib
-import enum
 import functools
 import itertools
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-import msgspec
 import trio
 
 from worker import _protocol as p
@@ -51,8 +49,6 @@ __all__ = [
     "RequestHandler",
     "TeardownStats",
     "WorkerProcess",
-    "WorkerState",
-    "_Pending",
 ]
 
 P = TypeVar("P")
@@ -61,21 +57,9 @@ R = TypeVar("R")
 _ids = itertools.count(1)
 _GONE: Final = (p.State.CLOSED, p.State.ERROR)
 
-RequestHandler = Callable[["WorkerProcess", p.Request], Awaitable[Any]]
-"""A handler of the worker's requests given the message with its params still raw (older call sites)."""
-NotificationHandler = Callable[["WorkerProcess", p.Notification], None]
-EventHandler = Callable[["WorkerProcess", p.RequestReceived], Awaitable[Any]]
-"""A handler of the worker's requests given the typed event; its return value is the result."""
-NoticeHandler = Callable[["WorkerProcess", p.NotificationReceived], None]
-
-_Pending: TypeAlias = InFlight[msgspec.Raw]  # the former private name, still imported by the runner
-
-
-class WorkerState(enum.Enum):
-    STARTING = "starting"
-    IDLE = "idle"
-    BUSY = "busy"
-    DEAD = "dead"
+RequestHandler = Callable[["WorkerProcess", p.RequestReceived], Awaitable[Any]]
+"""Answers one of the worker's requests (typed params); its return value is the result."""
+NotificationHandler = Callable[["WorkerProcess", p.NotificationReceived], None]
 
 
 class WorkerProcess:
@@ -89,24 +73,18 @@ class WorkerProcess:
         self.process = process
         self.max_frame_bytes = max_frame_bytes
         self.unenforced: list[str] = []
-        self.has_ui = False
         self.protocol_error: RemoteProtocolError | None = None
-        self.on_request: RequestHandler | EventHandler | None = None
-        self.on_notification: NotificationHandler | NoticeHandler | None = None
-        self._typed_handlers = False
-        # Pool bookkeeping, read and written by the runner.
-        self.idle_since = 0.0
-        self.calls_served = 0
-        self._state = WorkerState.STARTING
+        self.on_request: RequestHandler | None = None
+        self.on_notification: NotificationHandler | None = None
         self._conn = p.Connection(p.Role.HOST, p.WORKER_PROTOCOL, max_frame_bytes=max_frame_bytes)
         self._send_lock = trio.Lock()
-        # Who waits for which of our requests (the ids and their lifecycle are the connection's),
-        # and whether the caller wants the result as raw JSON (the string-named API).
-        self._waiting: dict[int, tuple[InFlight[Any], bool]] = {}
+        # Who waits for which of our requests (the ids and their lifecycle are the connection's).
+        self._waiting: dict[int, InFlight[Any]] = {}
         self._updates: dict[str, UpdateHandler] = {}
 
     def __repr__(self) -> str:
-        return f"<WorkerProcess pid={self.pid} module={os.path.basename(self.module)!r} {self.state.name}>"
+        state = "dead" if self.process.dead else "alive" if self.alive else "failed"
+        return f"<WorkerProcess pid={self.pid} module={os.path.basename(self.module)!r} {state}>"
 
     @classmethod
     async def start(
@@ -122,9 +100,8 @@ class WorkerProcess:
         workdir: Path | None = None,
         output_limit: int | None = None,
         has_ui: bool = False,
-        on_request: RequestHandler | EventHandler | None = None,
-        on_notification: NotificationHandler | NoticeHandler | None = None,
-        typed_handlers: bool = False,
+        on_request: RequestHandler | None = None,
+        on_notification: NotificationHandler | None = None,
         teardown: TeardownStats | None = None,
     ) -> WorkerProcess:
         """Spawn a worker, attach it to ``boundary`` and run the handshake.
@@ -139,8 +116,7 @@ class WorkerProcess:
         ``on_request`` answers the worker's requests (``ui``): its return value
         is the result, RemoteRequestRefused an error answer. ``on_notification``
         gets its notifications (``log``, ``abort``, ``pending/push``, ``ui``),
-        ``update`` aside. With ``typed_handlers`` both get the connection's typed
-        events; without, the messages with their params raw.
+        ``update`` aside. Both get the connection's typed events.
         """
         process = SupervisedProcess(
             module=module, boundary=boundary, workdir=workdir, output_limit=output_limit, teardown=teardown
@@ -149,8 +125,6 @@ class WorkerProcess:
         # Before the worker can say anything: a factory may already use the UI or the logger.
         self.on_request = on_request
         self.on_notification = on_notification
-        self._typed_handlers = typed_handlers
-        self.has_ui = has_ui  # what the worker was last told
         process.spawn(nursery, cwd, env, reader=self._read_protocol, on_end=self._process_ended)
         try:
             await process.attach()
@@ -181,26 +155,13 @@ class WorkerProcess:
             if isinstance(exc, OSError):  # host-side, e.g. a write to a pipe the kernel refused
                 raise WorkerStartupError(f"could not start a worker for {self.module}: {exc}") from exc
             raise
-        self.state = WorkerState.IDLE
         return self
 
     # --- the process, as the pool sees it -------------------------------------
 
     @property
-    def state(self) -> WorkerState:
-        return WorkerState.DEAD if self.process.dead else self._state
-
-    @state.setter
-    def state(self, value: WorkerState) -> None:
-        self._state = value
-
-    @property
     def module(self) -> str:
         return self.process.module
-
-    @module.setter
-    def module(self, value: str) -> None:
-        self.process.module = value
 
     @property
     def pid(self) -> int:
@@ -285,11 +246,10 @@ class WorkerProcess:
             entry = self._waiting.pop(event.id, None)
             if entry is None:  # failed already (the worker's end is being recorded)
                 return
-            inflight, raw = entry
             if isinstance(event, p.ErrorReceived):
-                inflight.set_error(RemoteError(event.error))
+                entry.set_error(RemoteError(event.error))
             else:
-                inflight.set_result(p.encode_value(event.result) if raw else event.result)
+                entry.set_result(event.result)
         elif isinstance(event, p.NotificationReceived):
             if event.method is p.UPDATE:
                 update: p.UpdateParams = event.params
@@ -297,11 +257,7 @@ class WorkerProcess:
                 if handler is not None:
                     handler(update.partial)
             elif self.on_notification is not None:
-                if self._typed_handlers:
-                    self.on_notification(self, event)  # type: ignore[arg-type]
-                else:
-                    message = p.Notification(method=event.method.name, params=p.encode_value(event.params))
-                    self.on_notification(self, message)  # type: ignore[arg-type]
+                self.on_notification(self, event)
         elif isinstance(event, p.RequestReceived):
             self.process.start_soon(self._answer, event)
         elif isinstance(event, p.RequestRefused):
@@ -315,19 +271,10 @@ class WorkerProcess:
         try:
             if handler is None:
                 raise RemoteRequestRefused(int(p.ErrorCode.METHOD_NOT_FOUND), f"unknown method {event.method.name!r}")
-            if self._typed_handlers:
-                result = await handler(self, event)  # type: ignore[arg-type]
-            else:
-                message = p.Request(id=event.id, method=event.method.name, params=p.encode_value(event.params))
-                result = await handler(self, message)  # type: ignore[arg-type]
+            result = await handler(self, event)
             frame = functools.partial(self._conn.send_result, event.id, result)
         except RemoteRequestRefused as exc:
             error = p.ErrorObject(code=exc.code, message=str(exc))
-            frame = functools.partial(self._conn.send_error_object, event.id, error)
-        except msgspec.DecodeError as exc:
-            error = p.ErrorObject(
-                code=int(p.ErrorCode.INVALID_PARAMS), message=f"bad {event.method.name} params: {exc}"
-            )
             frame = functools.partial(self._conn.send_error_object, event.id, error)
         # The worker gone, or the answer too big for it: either way it does not wait forever.
         with contextlib.suppress(p.LocalProtocolError):
@@ -339,7 +286,7 @@ class WorkerProcess:
 
     def _fail_waiting(self, exc: BaseException) -> None:
         waiting, self._waiting = self._waiting, {}
-        for inflight, _ in waiting.values():
+        for inflight in waiting.values():
             inflight.set_error(exc)
 
     # --- writing -----------------------------------------------------------------
@@ -367,7 +314,6 @@ class WorkerProcess:
         method: p.Method[Any, Any],
         params: Any,
         *,
-        raw: bool,
         call_id: str | None,
         on_update: UpdateHandler | None,
     ) -> InFlight[Any]:
@@ -379,7 +325,7 @@ class WorkerProcess:
             # Raises LocalProtocolError (too big, out of state) before anything is registered.
             req_id, data = self._conn.send_request(method, params)
             inflight = InFlight(req_id, call_id=call_id, on_abandon=self._abandon)
-            self._waiting[req_id] = (inflight, raw)
+            self._waiting[req_id] = inflight
             if call_id is not None and on_update is not None:
                 self._updates[call_id] = on_update
             return data
@@ -416,7 +362,7 @@ class WorkerProcess:
         call_id = getattr(params, "call_id", None) if on_update is not None else None
         if on_update is not None and not isinstance(call_id, str):
             raise TypeError(f"on_update needs params with a call_id, not {type(params).__name__}")
-        return await self._start(method, params, raw=False, call_id=call_id, on_update=on_update)
+        return await self._start(method, params, call_id=call_id, on_update=on_update)
 
     async def call(self, method: p.Method[P, R], params: P) -> R:
         """Send a request and wait for its typed result.
@@ -431,14 +377,8 @@ class WorkerProcess:
         """
         return await _outcome(await self.start_call(method, params))
 
-    @overload
-    async def notify(self, notice: p.Notice[P], params: P) -> None: ...
-    @overload
-    async def notify(self, notice: str, params: Any) -> None: ...
-    async def notify(self, notice: p.Notice[Any] | str, params: Any) -> None:
+    async def notify(self, notice: p.Notice[P], params: P) -> None:
         """Send a notification; silently dropped if the worker is gone."""
-        if isinstance(notice, str):  # the string-named form
-            notice, params = p.WORKER_PROTOCOL.notices[notice], _raw(params)
 
         def frame() -> bytes:
             if self.process.exited or self._conn.state in _GONE:
@@ -447,23 +387,6 @@ class WorkerProcess:
 
         await self._write_quietly(frame)
 
-    # --- the string-named API of older call sites (results as raw JSON) ------------
-
-    async def send_request(
-        self, method: str, params: Any, *, on_update: tuple[str, UpdateHandler] | None = None
-    ) -> InFlight[msgspec.Raw]:
-        """:meth:`start_call` by method name; the handle's result is raw JSON. Pair it with :meth:`forget`."""
-        call_id, handler = on_update if on_update is not None else (None, None)
-        table = p.WORKER_PROTOCOL.requests
-        return await self._start(table[method], _raw(params), raw=True, call_id=call_id, on_update=handler)
-
-    def forget(self, pending: InFlight[Any]) -> None:
-        pending.abandon()
-
-    async def request(self, method: str, params: Any) -> msgspec.Raw:
-        """:meth:`call` by method name; the result is raw JSON."""
-        return await _outcome(await self.send_request(method, params))
-
 
 async def _outcome(inflight: InFlight[R]) -> R:
     try:
@@ -471,10 +394,6 @@ async def _outcome(inflight: InFlight[R]) -> R:
     finally:
         inflight.abandon()
     return inflight.outcome()
-
-
-def _raw(params: Any) -> msgspec.Raw:
-    return params if isinstance(params, msgspec.Raw) else p.encode_value(params)
 
 
 if TYPE_CHECKING:

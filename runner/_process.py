@@ -55,7 +55,7 @@ from ._boundary import Boundary
 from ._errors import WorkerDied, WorkerStartupError
 from ._faults import fault_point
 from ._output import OutputCapture
-from ._sandbox import remove_workdir
+from ._workdir import remove_workdir
 
 DRAIN_SECONDS: Final = 0.5
 # How long a kill may take to be seen (reaped) before it is reported as an

@@ -24,12 +24,13 @@ from ._config import RunnerConfig
 from ._discovery import Candidate, ToolSource, discover
 from ._errors import ConfigError, RemoteProtocolError, WorkerDied, WorkerError, WorkerStartupError, describe_exit
 from ._faults import fault_point
-from ._pool import PoolWorker, Slot, WorkerPool
+from ._pool import Slot, WorkerPool
 from ._proc import RemoteError
 from ._results import ErrorKind, ToolResult, error_result
 from ._sandbox import SandboxPolicy
 from ._validate import ArgumentValidator, SchemaProblem
 from ._version import __version__
+from ._worker_api import PoolWorker
 
 RESOLVE_SCHEMA: Final = {
     "type": "object",
@@ -248,8 +249,7 @@ class ToolRegistry:
             nonlocal worker
             worker = started
             fault_point("load", started.pid)
-            raw = await started.request(p.M_LOAD, _load_params(candidate))
-            return msgspec.json.decode(raw, type=p.LoadResult)
+            return await started.call(p.LOAD, _load_params(candidate))
 
         try:
             with trio.move_on_after(timeout):

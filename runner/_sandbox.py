@@ -30,12 +30,6 @@ from worker import _protocol as p
 
 from ._errors import ConfigError
 
-# Workdirs have a module of their own (``_workdir``); these names stay importable from here for the
-# modules that still do so.
-from ._workdir import make_workdir as make_workdir
-from ._workdir import remove_workdir as remove_workdir
-from ._workdir import sweep_stale_workdirs as sweep_stale_workdirs
-
 Level = Literal["none", "contained", "strict"]
 LEVELS: Final = ("none", "contained", "strict")
 MiB: Final = 2**20

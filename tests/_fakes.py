@@ -17,18 +17,17 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import msgspec
 import trio
 
 from runner._calls import Calls, CallTable, CancelLadder
 from runner._config import RunnerConfig
 from runner._discovery import Candidate, ToolSource
-from runner._errors import WorkerDied
+from runner._errors import RemoteError, WorkerDied
 from runner._housekeeping import Housekeeping
-from runner._pool import InFlight, PoolRules, WorkerPool
-from runner._proc import RemoteError
+from runner._pool import PoolRules, WorkerPool
 from runner._registry import ToolInfo, ToolRegistry
 from runner._sandbox import SandboxPolicy
+from runner._worker_api import InFlight
 from worker import _protocol as p
 
 MODULE = "/fake/tools.py"
@@ -81,7 +80,7 @@ class FakeWorker:
         self.call_ids: list[str] = []
         self.die_on_call = False
         self._ids = itertools.count(1)
-        self._inflight: dict[int, InFlight] = {}
+        self._inflight: dict[int, InFlight[Any]] = {}
         self._exited = trio.Event()
 
     @property
@@ -94,26 +93,26 @@ class FakeWorker:
     def rss_bytes(self) -> int:
         return self.rss
 
-    async def request(self, method: str, params: Any) -> msgspec.Raw:
-        pending = await self.send_request(method, params)
+    async def call(self, method: p.Method[Any, Any], params: Any) -> Any:
+        pending = await self.start_call(method, params)
         try:
-            await pending.event.wait()
+            await pending.wait()
         finally:
-            self.forget(pending)
+            pending.abandon()
         return pending.outcome()
 
-    async def send_request(self, method: str, params: Any, *, on_update: Any = None) -> InFlight:
+    async def start_call(self, method: p.Method[Any, Any], params: Any, *, on_update: Any = None) -> InFlight[Any]:
         if not self.alive:
             raise WorkerDied(self.returncode or -9, "")
         await trio.lowlevel.checkpoint()
-        pending = InFlight(next(self._ids))
-        if method == p.M_LOAD:
+        pending: InFlight[Any] = InFlight(next(self._ids), on_abandon=self._forget)
+        if method is p.LOAD:
             described = [p.ToolDescription(n, n, "", {}, "struct") for n in self.tools]
             self._answer(pending, p.LoadResult(tools=described))
-        elif method == p.M_CALL and self.die_on_call:
+        elif method is p.CALL and self.die_on_call:
             self._exit(-11)
             raise WorkerDied(-11, "")
-        elif method == p.M_CALL:
+        elif method is p.CALL:
             self.call_ids.append(params.call_id)
             self._inflight[pending.req_id] = pending
             if self.mode == "answer":
@@ -126,24 +125,22 @@ class FakeWorker:
         for pending in list(self._inflight.values()):
             self._answer(pending, p.CallResult(content=[{"type": "text", "text": f"done by {self.pid}"}]))
 
-    def _answer(self, pending: InFlight, value: Any) -> None:
-        pending.result = msgspec.Raw(msgspec.json.encode(value))
-        pending.event.set()
+    def _answer(self, pending: InFlight[Any], value: Any) -> None:
+        pending.set_result(value)
         self._inflight.pop(pending.req_id, None)
 
     def _refuse(self, how: str) -> None:
         for pending in list(self._inflight.values()):
-            pending.error = RemoteError(p.ErrorObject(int(p.ErrorCode.CANCELLED), f"stopped by {how}"))
-            pending.event.set()
+            pending.set_error(RemoteError(p.ErrorObject(int(p.ErrorCode.CANCELLED), f"stopped by {how}")))
         self._inflight.clear()
 
-    def forget(self, pending: InFlight) -> None:
+    def _forget(self, pending: InFlight[Any]) -> None:
         self._inflight.pop(pending.req_id, None)
 
-    async def notify(self, method: str, params: Any) -> None:
+    async def notify(self, notice: p.Notice[Any], params: Any) -> None:
         await trio.lowlevel.checkpoint()
-        self.events.append(method)
-        if method == p.N_CANCEL and self.mode == "cancel":
+        self.events.append(notice.name)
+        if notice is p.CANCEL and self.mode == "cancel":
             self._refuse("$/cancel")
 
     def terminate(self) -> None:
@@ -157,8 +154,7 @@ class FakeWorker:
         self.returncode = returncode
         self._exited.set()
         for pending in self._inflight.values():
-            pending.error = WorkerDied(returncode, "")
-            pending.event.set()
+            pending.set_error(WorkerDied(returncode, ""))
         self._inflight.clear()
 
     async def kill(self) -> None:

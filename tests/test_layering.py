@@ -39,11 +39,12 @@ RANKS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "runner._cache",
             "runner._validate",
             "runner._process",
+            "runner._output",
             "runner._signals",
         ),
     ),
     # WorkerProcess: the trio adapter over the protocol's connection.
-    (3, ("runner._proc",)),
+    (3, ("runner._proc", "runner._worker_api")),
     (4, ("runner._pool", "runner._registry", "runner._factory", "runner._housekeeping")),
     (5, ("runner._calls", "runner._bridge")),
     # The Runner facade and open_runner.
