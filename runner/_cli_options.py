@@ -18,7 +18,9 @@ from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 
-from ._host import DEFAULT_TIMEOUT
+from ._config import DEFAULT_TIMEOUT
+from ._config import check_seconds as _check_seconds
+from ._errors import ConfigError
 from ._sandbox import LEVELS, SandboxPolicy
 
 
@@ -158,8 +160,11 @@ def with_sandbox_options(command: F) -> F:
 def check_seconds(**durations: float | None) -> None:
     """Usage error (exit 2) for a duration flag that is not a positive number of seconds."""
     for name, value in durations.items():
-        if value is not None and not value > 0:
-            fail(f"--{name.replace('_', '-')} must be a positive number of seconds, got {value:g}")
+        if value is not None:
+            try:
+                _check_seconds(f"--{name.replace('_', '-')}", value)
+            except ConfigError as exc:
+                fail(str(exc))
 
 
 def fail(message: str, code: int = ExitCode.USAGE) -> NoReturn:

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 import trio
 
+from ._config import check_seconds
 from ._errors import ConfigError
 from ._fuzz_procs import MARK_VAR, describe_processes, kill_processes, marked_processes
 from ._fuzz_report import (
@@ -364,8 +365,8 @@ async def fuzz_tool(
         raise ConfigError("name at least one tool to fuzz")
     if examples < 1:
         raise ConfigError(f"examples must be at least 1, got {examples}")
-    if timeout is not None and not (timeout > 0 and timeout < float("inf")):
-        raise ConfigError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if timeout is not None:
+        check_seconds("timeout", timeout)
     seed = random.randrange(2**32) if seed is None else seed
     policy = sandbox if sandbox is not None else SandboxPolicy()
     properties: list[PropertyReport] = []
