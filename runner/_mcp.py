@@ -54,7 +54,7 @@ from typing import Any, Final
 import trio
 
 from worker._connection import NotificationDropped, NotificationReceived, RequestReceived, RequestRefused
-from worker._messages import ErrorCode, ErrorObject, LocalProtocolError, Message, RemoteProtocolError
+from worker._messages import ErrorCode, ErrorObject, LocalProtocolError, Message, RefusalReason, RemoteProtocolError
 
 from ._errors import ConfigError
 from ._host import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT, Runner, ToolInfo
@@ -67,6 +67,7 @@ from ._mcp_methods import (
     TOOLS_CALL,
     TOOLS_LIST,
     TOOLS_LIST_CHANGED,
+    CancelledParams,
     server_connection,
 )
 from ._mcp_reload import Runners
@@ -266,8 +267,9 @@ class McpServer:
             self._conn.receive_message(message)
             event = self._conn.next_event()
         except (LocalProtocolError, RemoteProtocolError) as exc:  # pragma: no cover - see _mcp_methods
-            # Out of reach with this table (notifications take any params, and
-            # responses never get here); should it happen, stop cleanly.
+            # Out of reach with this table (incoming notifications are lenient
+            # or take any params, and responses never get here); should it
+            # happen, stop cleanly.
             logger.error("the MCP connection failed: %s", exc)
             self._stop(f"protocol error: {exc}")
             return
@@ -281,31 +283,31 @@ class McpServer:
         elif isinstance(event, RequestRefused):
             self._transport.send_soon(error_line(event.id, event.error.code, self._refusal(event)))
         elif isinstance(event, NotificationReceived):
-            # Notifications are never answered, not even when malformed.
-            if event.method is CANCELLED and isinstance(event.params, dict):
-                self._cancel(event.params.get("requestId"), event.params.get("reason"))
+            if event.method is CANCELLED:
+                self._cancel(event.params)
             elif event.method is INITIALIZED:
                 logger.debug("the client is initialized")
         elif isinstance(event, NotificationDropped):
+            # Notifications are never answered, not even malformed ones (a
+            # notifications/cancelled without a usable requestId lands here).
             logger.debug("ignored notification %s (%s)", event.method_name, event.reason)
 
     def _refusal(self, refused: RequestRefused) -> str:
         """The connection's refusal, in this server's words."""
-        code = refused.error.code
-        if code == ErrorCode.METHOD_NOT_FOUND:
+        reason = refused.reason
+        if reason is RefusalReason.UNKNOWN_METHOD:
             # server/discover lands here on purpose: "method not found" is how a
             # 2026-07-28 client learns to fall back to the initialize handshake.
             return f"method not found: {refused.method_name}"
-        if code == ErrorCode.INVALID_PARAMS:
+        if reason is RefusalReason.BAD_PARAMS:
             # Every JSON object decodes as the table's params: what failed is not one.
             return f'invalid params: "params" of {refused.method_name} must be an object'
-        if refused.id in self._tasks:
+        if reason is RefusalReason.DUPLICATE_ID:
             return f"invalid request: id {refused.id!r} is already in use by a request in flight"
         return f"invalid request: {refused.error.message}"
 
-    def _cancel(self, request_id: object, reason: object) -> None:
-        if not valid_id(request_id):
-            return
+    def _cancel(self, params: CancelledParams) -> None:
+        request_id, reason = params.request_id, params.reason
         request = self._tasks.get(request_id)
         # Unknown or finished requests are ignored (the response may already
         # be on its way); initialize MUST NOT be cancelled.
@@ -340,7 +342,7 @@ class McpServer:
             self._tasks.pop(request.id, None)
         if request.cancelled:
             # The spec: the receiver of a cancellation does not answer the request.
-            self._withhold(request.id)
+            self._conn.withhold(request.id)
             logger.info("request %r (%s) ended after its cancellation; no response sent", request.id, request.method)
             return
         await self._transport.send(self._answer(request.id, result, error))
@@ -353,11 +355,6 @@ class McpServer:
                 logger.error("cannot encode a result (%s); sending an internal error instead", exc)
                 error = ErrorObject(code=ErrorCode.INTERNAL_ERROR, message=f"unencodable message: {exc}")
         return self._conn.send_error_object(request_id, error)
-
-    def _withhold(self, request_id: RequestId) -> None:
-        # The connection counts every request until it is answered, and has no
-        # way to say "answered by silence": an answer is made, and not written.
-        self._conn.send_error_object(request_id, ErrorObject(code=ErrorCode.CANCELLED, message="cancelled"))
 
     async def _initialize(self, request: _Request) -> dict[str, Any]:
         from ._version import __version__

@@ -17,14 +17,20 @@ says ``notifications/initialized``), and the states only record the phase:
 - ``LOADED`` once ``notifications/initialized`` arrived: MCP's operation
   phase, the only one in which ``notifications/tools/list_changed`` is sent.
 
-Incoming notifications take any params (``Any``): a malformed notification
-is never answered and never breaks the connection; the server ignores what
-it cannot use.
+A malformed notification is never answered and never breaks the
+connection: ``notifications/cancelled`` is declared with its real shape and
+``lenient``, so one the server cannot use comes out as ``NotificationDropped``;
+``notifications/initialized`` takes any params (whatever they are, the client
+said it is initialized). Nothing bounds what the server writes
+(``max_send_bytes=None``): a tool's result is not limited by the limit on
+incoming lines (--max-message-bytes), which the transport enforces.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final, cast
+
+import msgspec
 
 from worker._connection import Connection
 from worker._frames import encode_line
@@ -34,10 +40,15 @@ Params = dict[str, Any]
 _ANY: Final = cast("type[Any]", Any)
 _CLIENT, _SERVER = Role.HOST, Role.WORKER
 _OPEN: Final = frozenset({State.AWAITING_INIT, State.READY, State.LOADED})
-# What one outgoing line may hold: a tool's result is not bounded by the
-# limit on incoming lines (--max-message-bytes), only by what JSON-RPC's
-# framing elsewhere can represent.
-_MAX_OUTGOING: Final = 2**32 - 1
+
+
+class CancelledParams(msgspec.Struct, frozen=True, rename="camel"):
+    """``notifications/cancelled``: which request to stop, and perhaps why (other members are ignored)."""
+
+    request_id: str | int  # an MCP id: never null, never a bool or a float
+    # Any JSON: a reason that is not a string does not void the cancellation, it is only not used.
+    reason: Any = None
+
 
 INITIALIZE: Final = Method("initialize", Params, Params, sender=_CLIENT, allowed=_OPEN, on_result=State.READY)
 PING: Final = Method("ping", Params, Params, sender=_CLIENT, allowed=_OPEN)
@@ -45,7 +56,7 @@ TOOLS_LIST: Final = Method("tools/list", Params, Params, sender=_CLIENT, allowed
 TOOLS_CALL: Final = Method("tools/call", Params, Params, sender=_CLIENT, allowed=_OPEN)
 
 INITIALIZED: Final = Notice("notifications/initialized", _ANY, sender=_CLIENT, allowed=_OPEN, on_receive=State.LOADED)
-CANCELLED: Final = Notice("notifications/cancelled", _ANY, sender=_CLIENT, allowed=_OPEN)
+CANCELLED: Final = Notice("notifications/cancelled", CancelledParams, sender=_CLIENT, allowed=_OPEN, lenient=True)
 PROGRESS: Final = Notice("notifications/progress", Params, sender=_SERVER, allowed=_OPEN)
 TOOLS_LIST_CHANGED: Final = Notice(
     "notifications/tools/list_changed", Params, sender=_SERVER, allowed=frozenset({State.LOADED})
@@ -58,4 +69,4 @@ MCP_PROTOCOL: Final = MethodTable(
 
 def server_connection() -> Connection:
     """The server's side of one MCP session: newline-delimited, messages decoded by the transport."""
-    return Connection(_SERVER, MCP_PROTOCOL, max_frame_bytes=_MAX_OUTGOING, encode=encode_line)
+    return Connection(_SERVER, MCP_PROTOCOL, max_send_bytes=None, encode=encode_line)

@@ -1,5 +1,5 @@
 """The sans-io Connection (pure, no processes): the numbered rules of worker/_connection.py, the lifecycle,
-refusals, abandonment and close, from both roles."""
+refusals and their reasons, abandonment, withholding, lenient notices, frame limits and close, from both roles."""
 
 from __future__ import annotations
 
@@ -199,7 +199,42 @@ def test_a_duplicate_id_of_an_unanswered_request_is_refused() -> None:
     assert isinstance(deliver(request, worker)[0], p.RequestReceived)
     (refused,) = deliver(request, worker)
     assert isinstance(refused, p.RequestRefused) and refused.error.code == p.ErrorCode.INVALID_REQUEST
+    assert refused.reason is p.RefusalReason.DUPLICATE_ID
     assert worker.unanswered == (7,)
+
+
+def test_a_withheld_request_ends_with_nothing_to_send_and_frees_its_id() -> None:
+    host, worker = pair(p.State.LOADED)
+    req_id, data = host.send_request(p.CALL, CALL)
+    deliver(data, worker)
+    worker.withhold(req_id)  # nothing to send
+    assert worker.unanswered == () and state(worker) is p.State.LOADED
+    for late in (lambda: worker.send_result(req_id, p.CallResult(content=[])), lambda: worker.withhold(req_id)):
+        with pytest.raises(p.LocalProtocolError, match="no unanswered request"):
+            late()
+    # The id is free again: the same id is a new request, not a duplicate.
+    again = p.encode_message(p.Request(id=req_id, method="call", params=p.encode_value(CALL)))
+    assert [type(e) for e in deliver(again, worker)] == [p.RequestReceived]
+    # Our side of a withheld request: it stays outstanding until we give up on it.
+    assert outstanding(host) == (req_id,)
+
+
+def test_withholding_an_id_that_is_not_unanswered_is_a_local_error() -> None:
+    host, worker = pair(p.State.LOADED)
+    with pytest.raises(p.LocalProtocolError, match="no unanswered request with id 99"):
+        worker.withhold(99)
+    req_id, _ = host.send_request(p.CALL, CALL)
+    with pytest.raises(p.LocalProtocolError):
+        host.withhold(req_id)  # one of ours, not one of theirs
+    assert outstanding(host) == (req_id,)
+
+
+def test_a_withheld_shutdown_still_moved_the_connection_to_closing() -> None:
+    host, worker = pair(p.State.LOADED)
+    req_id, data = host.send_request(p.SHUTDOWN, p.ShutdownParams())
+    deliver(data, worker)
+    worker.withhold(req_id)
+    assert state(worker) is p.State.CLOSING  # the request's transition, not the result's
 
 
 def test_an_unknown_method_is_refused_with_a_ready_reply_and_the_connection_goes_on() -> None:
@@ -207,6 +242,7 @@ def test_an_unknown_method_is_refused_with_a_ready_reply_and_the_connection_goes
     (refused,) = deliver(p.encode_message(p.Request(id="x", method="no/such")), worker)
     assert isinstance(refused, p.RequestRefused)
     assert (refused.id, refused.method_name, refused.error.code) == ("x", "no/such", p.ErrorCode.METHOD_NOT_FOUND)
+    assert refused.reason is p.RefusalReason.UNKNOWN_METHOD
     assert p.decode_message(refused.reply[p.HEADER_BYTES :]) == p.ErrorResponse(id="x", error=refused.error)
     assert refused.error.data is None and worker.unanswered == () and state(worker) is p.State.READY
 
@@ -215,12 +251,14 @@ def test_a_request_only_the_other_side_sends_is_an_unknown_method() -> None:
     host, _ = pair(p.State.LOADED)
     (refused,) = deliver(p.encode_message(p.Request(id=1, method="load", params=p.encode_value({"path": "/"}))), host)
     assert isinstance(refused, p.RequestRefused) and refused.error.code == p.ErrorCode.METHOD_NOT_FOUND
+    assert refused.reason is p.RefusalReason.UNKNOWN_METHOD
 
 
 def test_an_out_of_state_request_is_refused() -> None:
     _, worker = pair()
     (refused,) = deliver(p.encode_message(p.Request(id=1, method="call", params=p.encode_value(CALL))), worker)
     assert isinstance(refused, p.RequestRefused) and refused.error.code == p.ErrorCode.INVALID_REQUEST
+    assert refused.reason is p.RefusalReason.OUT_OF_STATE
     assert "AWAITING_INIT" in refused.error.message and state(worker) is p.State.AWAITING_INIT
 
 
@@ -228,7 +266,21 @@ def test_a_request_with_malformed_params_is_refused_as_invalid_params() -> None:
     _, worker = pair(p.State.LOADED)
     (refused,) = deliver(p.encode_message(p.Request(id=4, method="call", params=p.encode_value({"tool": 1}))), worker)
     assert isinstance(refused, p.RequestRefused) and refused.error.code == p.ErrorCode.INVALID_PARAMS
+    assert refused.reason is p.RefusalReason.BAD_PARAMS
     assert refused.error.message.startswith("bad call params: ")
+
+
+@pytest.mark.parametrize(
+    ("reason", "code"),
+    [
+        (p.RefusalReason.UNKNOWN_METHOD, p.ErrorCode.METHOD_NOT_FOUND),
+        (p.RefusalReason.DUPLICATE_ID, p.ErrorCode.INVALID_REQUEST),
+        (p.RefusalReason.OUT_OF_STATE, p.ErrorCode.INVALID_REQUEST),
+        (p.RefusalReason.BAD_PARAMS, p.ErrorCode.INVALID_PARAMS),
+    ],
+)
+def test_each_refusal_reason_has_its_json_rpc_code(reason: p.RefusalReason, code: p.ErrorCode) -> None:
+    assert reason.code is code
 
 
 # --- notifications -------------------------------------------------------------------
@@ -260,6 +312,38 @@ def test_a_notification_with_malformed_params_is_a_remote_error_that_sticks() ->
     assert again.value is first.value
     with pytest.raises(p.RemoteProtocolError):
         host.receive_data(b"more")
+
+
+class Hint(msgspec.Struct, frozen=True):
+    call_id: str
+
+
+LENIENT = p.Notice("hint", Hint, sender=p.Role.HOST, allowed=[p.State.READY], on_receive=p.State.LOADED, lenient=True)
+STRICT = p.Notice("strict", Hint, sender=p.Role.HOST, allowed=[p.State.READY])
+NOTICE_TABLE = p.MethodTable(p.WORKER_PROTOCOL.requests.values(), [LENIENT, STRICT])
+
+
+@pytest.mark.parametrize("params", [b"5", b"{}", b'{"call_id":1}', b"null", b"[]"])
+def test_a_lenient_notice_with_malformed_params_is_dropped_and_the_connection_goes_on(params: bytes) -> None:
+    host, worker = p.Connection(p.Role.HOST, NOTICE_TABLE), p.Connection(p.Role.WORKER, NOTICE_TABLE)
+    answer(host, worker, p.INITIALIZE, INIT, p.InitializeResult(protocol_version=1, pid=2))
+    worker.receive_message(p.Notification(method="hint", params=msgspec.Raw(params)))
+    (dropped,) = events(worker)
+    assert isinstance(dropped, p.NotificationDropped) and dropped.method_name == "hint"
+    assert dropped.reason.startswith("bad params: ")
+    assert state(worker) is p.State.READY  # a dropped notice moves nothing
+    worker.receive_message(p.Notification(method="hint", params=msgspec.Raw(b'{"call_id":"c","extra":1}')))
+    assert events(worker) == [p.NotificationReceived(method=LENIENT, params=Hint(call_id="c"))]
+    assert state(worker) is p.State.LOADED
+
+
+def test_a_strict_notice_beside_a_lenient_one_still_fails_the_connection() -> None:
+    host = p.Connection(p.Role.HOST, NOTICE_TABLE)
+    worker = p.Connection(p.Role.WORKER, NOTICE_TABLE)
+    answer(host, worker, p.INITIALIZE, INIT, p.InitializeResult(protocol_version=1, pid=2))
+    with pytest.raises(p.RemoteProtocolError, match="malformed 'strict' message"):
+        deliver(p.encode_message(p.Notification(method="strict", params=msgspec.Raw(b"5"))), worker)
+    assert state(worker) is p.State.ERROR
 
 
 # --- rule 3: results are typed ------------------------------------------------------------
@@ -326,6 +410,34 @@ def test_a_frame_over_the_limit_is_a_local_error_that_registers_nothing() -> Non
         worker.send_result(req_id, p.CallResult(content=[{"text": "z" * 300}]))
     assert worker.unanswered == (req_id,)  # still to answer, with something smaller
     worker.send_error(req_id, p.ErrorCode.LIMIT_EXCEEDED, "too big", limit="output")
+
+
+def test_max_send_bytes_follows_max_frame_bytes_unless_given() -> None:
+    conn = p.Connection(p.Role.HOST, max_frame_bytes=1000)
+    assert conn.max_send_bytes == 1000
+    conn.max_frame_bytes = 2000
+    assert conn.max_send_bytes == 2000
+
+
+def test_a_send_limit_of_its_own_bounds_only_what_this_side_sends() -> None:
+    host, worker = pair(p.State.LOADED)
+    worker.max_send_bytes = 200
+    worker.max_frame_bytes = 10_000  # what it accepts; its send limit stays its own
+    assert worker.max_send_bytes == 200
+    req_id, data = host.send_request(p.SESSION, p.SessionParams(event={"x": "y" * 1000}))
+    deliver(data, worker)  # a large message in: within what the worker accepts
+    with pytest.raises(p.FrameTooLarge) as exc:
+        worker.send_result(req_id, p.SessionResult(warnings=["w" * 300]))
+    assert exc.value.limit == 200 and worker.unanswered == (req_id,)
+
+
+def test_no_send_limit_means_as_large_as_a_frame_can_be() -> None:
+    host, worker = p.Connection(p.Role.HOST, max_frame_bytes=100, max_send_bytes=None), p.Connection(p.Role.WORKER)
+    assert host.max_send_bytes is None and host.max_frame_bytes == 100
+    _, data = host.send_request(p.INITIALIZE, p.InitializeParams(protocol_version=1, host_pid=1, cwd="/" * 500))
+    assert len(data) > 500 and isinstance(deliver(data, worker)[0], p.RequestReceived)
+    with pytest.raises(ValueError, match="max_frame_bytes"):
+        host.max_send_bytes = 0
 
 
 def test_data_after_the_end_of_stream_is_a_local_error() -> None:

@@ -531,6 +531,73 @@ def test_every_method_of_the_table_has_a_handler() -> None:
     assert set(McpServer()._routes) == set(MCP_PROTOCOL.requests)
 
 
+def test_refusals_keep_the_servers_own_wording_whatever_the_connection_says() -> None:
+    import msgspec
+
+    from runner._mcp import McpServer
+    from worker import _protocol as p
+
+    server = McpServer()
+    conn = server._conn
+
+    def refusal(message: p.Message) -> tuple[p.RefusalReason, int, str]:
+        conn.receive_message(message)
+        event = conn.next_event()
+        assert isinstance(event, p.RequestRefused)
+        return event.reason, event.error.code, server._refusal(event)
+
+    assert refusal(p.Request(id=10, method="server/discover")) == (
+        p.RefusalReason.UNKNOWN_METHOD, -32601, "method not found: server/discover"
+    )  # fmt: skip
+    assert refusal(p.Request(id=12, method="tools/call", params=msgspec.Raw(b"[1,2]"))) == (
+        p.RefusalReason.BAD_PARAMS, -32602, 'invalid params: "params" of tools/call must be an object'
+    )  # fmt: skip
+    conn.receive_message(p.Request(id=5, method="ping"))
+    assert isinstance(conn.next_event(), p.RequestReceived)
+    assert refusal(p.Request(id=5, method="ping")) == (
+        p.RefusalReason.DUPLICATE_ID, -32600, "invalid request: id 5 is already in use by a request in flight"
+    )  # fmt: skip
+    conn.close()
+    assert refusal(p.Request(id=6, method="ping")) == (
+        p.RefusalReason.OUT_OF_STATE, -32600, "invalid request: 'ping' is not allowed while the connection is CLOSED"
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "params",
+    [b"5", b"{}", b"[]", b'{"requestId":null}', b'{"requestId":true}', b'{"requestId":1.5}', b'{"requestId":[1]}'],
+)
+def test_a_malformed_cancellation_is_dropped_never_fatal(params: bytes) -> None:
+    import msgspec
+
+    from runner._mcp_methods import server_connection
+    from worker import _protocol as p
+
+    conn = server_connection()
+    conn.receive_message(p.Notification(method="notifications/cancelled", params=msgspec.Raw(params)))
+    dropped = conn.next_event()
+    assert isinstance(dropped, p.NotificationDropped) and dropped.reason.startswith("bad params: ")
+    conn.receive_message(p.Request(id=1, method="ping"))
+    assert isinstance(conn.next_event(), p.RequestReceived)
+
+
+def test_a_cancellation_is_decoded_once_with_any_reason_and_extra_members() -> None:
+    import msgspec
+
+    from runner._mcp_methods import CANCELLED, CancelledParams, server_connection
+    from worker import _protocol as p
+
+    conn = server_connection()
+    for params, expected in [
+        (b'{"requestId":"a","reason":"user"}', CancelledParams(request_id="a", reason="user")),
+        (b'{"requestId":3,"reason":5,"_meta":{}}', CancelledParams(request_id=3, reason=5)),
+    ]:
+        conn.receive_message(p.Notification(method="notifications/cancelled", params=msgspec.Raw(params)))
+        assert conn.next_event() == p.NotificationReceived(method=CANCELLED, params=expected)
+    # What the server writes is bounded only by the framing; the limit on lines is the transport's.
+    assert conn.max_send_bytes is None
+
+
 # --- the raw wire ------------------------------------------------------------------
 
 

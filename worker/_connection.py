@@ -17,14 +17,17 @@ fuzz/test_connection_fuzz.py):
    answer to the same id, or an answer to an id never sent, is a
    RemoteProtocolError. An answer to an abandoned id is dropped without an event.
 2. Every :class:`RequestReceived` is answered exactly once through
-   ``send_result`` / ``send_error``. A request the table does not allow (an
-   unknown method, one this side sends, one out of state, malformed params, or
-   a duplicate of an unanswered id) is not an event to answer: it comes out as
-   :class:`RequestRefused` with the error reply ready to write, and the
-   connection stays usable.
+   ``send_result`` / ``send_error``, or withheld (``withhold``: it ends with
+   no answer at all, as MCP wants for a cancelled request). A request the
+   table does not allow (an unknown method, one this side sends, one out of
+   state, malformed params, or a duplicate of an unanswered id) is not an
+   event to answer: it comes out as :class:`RequestRefused` with the error
+   reply ready to write and its :class:`RefusalReason`, and the connection
+   stays usable.
 3. Params and results are decoded into the method's types exactly once; a
    result that does not fit, or a notification whose params do not, is a
-   RemoteProtocolError naming the method.
+   RemoteProtocolError naming the method, except for a ``lenient`` notice,
+   which is dropped (:class:`NotificationDropped`).
 4. Nothing raises but LocalProtocolError (this side's bug: sending out of
    state, a method this side does not send, an unknown or answered id, a frame
    over the limit) and RemoteProtocolError (the peer's). A LocalProtocolError
@@ -50,13 +53,13 @@ from ._frames import (
     encode_value,
 )
 from ._messages import (
-    ErrorCode,
     ErrorObject,
     ErrorResponse,
     JsonRpcId,
     LocalProtocolError,
     Message,
     Notification,
+    RefusalReason,
     RemoteProtocolError,
     Request,
     Response,
@@ -65,19 +68,9 @@ from ._messages import (
 from ._methods import WORKER_PROTOCOL, Method, MethodTable, Notice, Role, State
 
 __all__ = [
-    "NEED_DATA",
-    "Connection",
-    "ConnectionClosed",
-    "ErrorReceived",
-    "Event",
-    "NotificationDropped",
-    "NotificationReceived",
-    "RequestReceived",
-    "RequestRefused",
-    "ResultReceived",
-    "Role",
-    "State",
-]
+    "NEED_DATA", "Connection", "ConnectionClosed", "ErrorReceived", "Event", "NotificationDropped",
+    "NotificationReceived", "RefusalReason", "RequestReceived", "RequestRefused", "ResultReceived", "Role", "State",
+]  # fmt: skip
 
 P = TypeVar("P")
 R = TypeVar("R")
@@ -128,6 +121,7 @@ class RequestRefused(msgspec.Struct, frozen=True):
     method_name: str
     error: ErrorObject
     reply: bytes
+    reason: RefusalReason
 
 
 class NotificationDropped(msgspec.Struct, frozen=True):
@@ -144,14 +138,9 @@ class ConnectionClosed(msgspec.Struct, frozen=True):
 
 
 Event = (
-    RequestReceived
-    | NotificationReceived
-    | ResultReceived
-    | ErrorReceived
-    | RequestRefused
-    | NotificationDropped
+    RequestReceived | NotificationReceived | ResultReceived | ErrorReceived | RequestRefused | NotificationDropped
     | ConnectionClosed
-)
+)  # fmt: skip
 
 _DECODERS: dict[Any, msgspec.json.Decoder[Any]] = {}
 _NONE_TYPE: Final = type(None)
@@ -181,6 +170,10 @@ class Connection:
     it got them; receiving takes bytes (``receive_data``) or whole messages
     (``receive_message``) and ``next_event()`` returns one event at a time, or
     :data:`NEED_DATA`.
+
+    ``max_frame_bytes`` bounds both directions unless ``max_send_bytes`` is
+    given: a limit of its own for what this side sends, or None for none but
+    what a frame can represent (MCP bounds only the lines it reads).
     """
 
     def __init__(
@@ -189,6 +182,7 @@ class Connection:
         table: MethodTable = WORKER_PROTOCOL,
         *,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        max_send_bytes: int | msgspec.UnsetType | None = msgspec.UNSET,
         encode: Encoder = encode_message,
     ) -> None:
         check_max_frame_bytes(max_frame_bytes)
@@ -196,6 +190,9 @@ class Connection:
         self._table = table
         self._state = table.initial
         self._max = max_frame_bytes
+        self._max_send: int | msgspec.UnsetType | None = msgspec.UNSET
+        if max_send_bytes is not msgspec.UNSET:
+            self.max_send_bytes = max_send_bytes
         self._decoder = FrameDecoder(max_frame_bytes)
         self._encode = encode
         self._last_id = 0
@@ -235,10 +232,24 @@ class Connection:
 
     @max_frame_bytes.setter
     def max_frame_bytes(self, limit: int) -> None:
-        """Both directions, from the next message on (the worker switches after ``initialize``)."""
+        """Both directions (unless ``max_send_bytes`` was set), from the next message on.
+
+        The worker switches after ``initialize``.
+        """
         check_max_frame_bytes(limit)
         self._max = limit
         self._decoder.max_frame_bytes = limit
+
+    @property
+    def max_send_bytes(self) -> int | None:
+        """The largest message this side sends; None: as large as a frame can be."""
+        return self._max if self._max_send is msgspec.UNSET else self._max_send
+
+    @max_send_bytes.setter
+    def max_send_bytes(self, limit: int | None) -> None:
+        if limit is not None:
+            check_max_frame_bytes(limit)
+        self._max_send = limit
 
     # --- sending ------------------------------------------------------------------
 
@@ -279,6 +290,15 @@ class Connection:
         data = self._frame(ErrorResponse(id=request_id, error=error))
         del self._unanswered[request_id]
         return data
+
+    def withhold(self, request_id: JsonRpcId) -> None:
+        """End the peer's request ``request_id`` with no answer at all (MCP: a cancelled request).
+
+        Its id is free again; nothing is sent. Raises LocalProtocolError for an
+        id that is not unanswered, like ``send_result``.
+        """
+        self._answering(request_id)
+        del self._unanswered[request_id]
 
     def abandon(self, request_id: int) -> None:
         """We stopped waiting for ``request_id``: its answer, if one ever comes, is dropped silently.
@@ -374,7 +394,8 @@ class Connection:
 
     def _frame(self, message: Message) -> bytes:
         try:
-            return self._encode(message, max_frame_bytes=self._max)
+            limit = self.max_send_bytes
+            return self._encode(message, max_frame_bytes=_MAX_REPRESENTABLE if limit is None else limit)
         except LocalProtocolError:
             raise
         except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as exc:
@@ -412,28 +433,25 @@ class Connection:
     def _on_request(self, msg: Request) -> Event:
         method = self._table.requests.get(msg.method)
         if method is None or method.sender is self.role:
-            return self._refuse(msg, ErrorCode.METHOD_NOT_FOUND, f"unknown method {_short(msg.method)}")
+            return self._refuse(msg, RefusalReason.UNKNOWN_METHOD, f"unknown method {_short(msg.method)}")
         if msg.id in self._unanswered:
-            return self._refuse(msg, ErrorCode.INVALID_REQUEST, f"request id {msg.id!r} is already in use")
+            return self._refuse(msg, RefusalReason.DUPLICATE_ID, f"request id {msg.id!r} is already in use")
         if self._state not in method.allowed:
-            return self._refuse(
-                msg,
-                ErrorCode.INVALID_REQUEST,
-                f"{method.name!r} is not allowed while the connection is {self._state.name}",
-            )
+            why = f"{method.name!r} is not allowed while the connection is {self._state.name}"
+            return self._refuse(msg, RefusalReason.OUT_OF_STATE, why)
         try:
             params = _decoder(method.params).decode(msg.params)
         except msgspec.DecodeError as exc:
-            return self._refuse(msg, ErrorCode.INVALID_PARAMS, f"bad {method.name} params: {exc}")
+            return self._refuse(msg, RefusalReason.BAD_PARAMS, f"bad {method.name} params: {exc}")
         self._unanswered[msg.id] = method
         self._advance(method.on_request)
         return RequestReceived(id=msg.id, method=method, params=params)
 
-    def _refuse(self, msg: Request, code: ErrorCode, message: str) -> RequestRefused:
-        error = ErrorObject(code=int(code), message=message)
+    def _refuse(self, msg: Request, reason: RefusalReason, message: str) -> RequestRefused:
+        error = ErrorObject(code=int(reason.code), message=message)
         # Not bounded by our frame limit: a refusal is small, and must not fail for a tiny limit.
         reply = self._encode(ErrorResponse(id=msg.id, error=error), max_frame_bytes=_MAX_REPRESENTABLE)
-        return RequestRefused(id=msg.id, method_name=msg.method, error=error, reply=reply)
+        return RequestRefused(id=msg.id, method_name=msg.method, error=error, reply=reply, reason=reason)
 
     def _on_notification(self, msg: Notification) -> Event:
         notice = self._table.notices.get(msg.method)
@@ -444,6 +462,8 @@ class Connection:
         try:
             params = _decoder(notice.params).decode(msg.params)
         except msgspec.DecodeError as exc:
+            if notice.lenient:
+                return NotificationDropped(method_name=msg.method, reason=f"bad params: {exc}")
             raise RemoteProtocolError(f"malformed {_short(msg.method)} message: {exc}") from None
         self._advance(notice.on_receive)
         return NotificationReceived(method=notice, params=params)

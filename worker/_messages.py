@@ -1,4 +1,4 @@
-"""JSON-RPC 2.0 messages: their types, the one error hierarchy, and the one code-to-kind map.
+"""JSON-RPC 2.0 messages: their types, the one error hierarchy, the one code-to-kind map, refusal reasons.
 
 Rule 3 of the protocol: ``params`` and ``result`` stay as :class:`msgspec.Raw`
 until the receiver knows what they should be, so each side decodes them
@@ -51,6 +51,28 @@ that its call timed out or crashed, which are the host's own observations.
 def kind_of(code: int) -> str:
     """The result kind an error code stands for."""
     return KIND_BY_CODE.get(code, "protocol_error")
+
+
+class RefusalReason(enum.Enum):
+    """Why a connection refused a request, so that an adapter can word the refusal without parsing it."""
+
+    UNKNOWN_METHOD = "unknown_method"  # not in the table, or one the receiver sends itself
+    DUPLICATE_ID = "duplicate_id"  # the id of a request still unanswered
+    OUT_OF_STATE = "out_of_state"  # not allowed in the connection's state
+    BAD_PARAMS = "bad_params"  # params that do not decode into the method's type
+
+    @property
+    def code(self) -> ErrorCode:
+        """The JSON-RPC code of the refusal: -32601, -32600 (both of the middle two) or -32602."""
+        return _REFUSAL_CODES[self]
+
+
+_REFUSAL_CODES: Final[Mapping[RefusalReason, ErrorCode]] = {
+    RefusalReason.UNKNOWN_METHOD: ErrorCode.METHOD_NOT_FOUND,
+    RefusalReason.DUPLICATE_ID: ErrorCode.INVALID_REQUEST,
+    RefusalReason.OUT_OF_STATE: ErrorCode.INVALID_REQUEST,
+    RefusalReason.BAD_PARAMS: ErrorCode.INVALID_PARAMS,
+}
 
 
 # --- errors -----------------------------------------------------------------

@@ -76,18 +76,31 @@ class Method(Generic[P, R]):
 
 
 class Notice(Generic[P]):
-    """A notification: its name, params type, who sends it, and when."""
+    """A notification: its name, params type, who sends it, and when.
 
-    __slots__ = ("name", "params", "sender", "allowed", "on_receive", "_struct_params")
+    ``lenient``: params that do not decode are the peer's slip, not a broken
+    protocol: the notification is dropped (``NotificationDropped``) instead of
+    failing the connection (MCP: a malformed notification is never fatal).
+    """
+
+    __slots__ = ("name", "params", "sender", "allowed", "on_receive", "lenient", "_struct_params")
 
     def __init__(
-        self, name: str, params: type[P], *, sender: Role, allowed: Iterable[State], on_receive: State | None = None
+        self,
+        name: str,
+        params: type[P],
+        *,
+        sender: Role,
+        allowed: Iterable[State],
+        on_receive: State | None = None,
+        lenient: bool = False,
     ) -> None:
         self.name = name
         self.params = params
         self.sender = sender
         self.allowed = frozenset(allowed)
         self.on_receive = on_receive  # the state a sent or received notice moves the connection to
+        self.lenient = lenient
         self._struct_params = isinstance(params, type) and issubclass(params, msgspec.Struct)
 
     def __repr__(self) -> str:

@@ -46,6 +46,7 @@ from ._messages import (
     Message,
     Notification,
     ProtocolError,
+    RefusalReason,
     RemoteProtocolError,
     Request,
     Response,
@@ -130,4 +131,5 @@ __all__ = [
     "ResolveParams", "ResolveResult", "Response", "ResultReceived", "Role", "SandboxConfig", "SessionParams",
     "SessionResult", "ShutdownParams", "State", "ToolDescription", "UiChangedParams", "UiParams", "UpdateParams",
     "_NeedData", "decode_message", "encode_line", "encode_message", "encode_value", "error_object", "kind_of",
+    "RefusalReason",
 ]  # fmt: skip
