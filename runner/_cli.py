@@ -36,10 +36,11 @@ from ._cli_options import (
     with_sandbox_options,
 )
 from ._cli_output import Status, emit_ndjson, print_text, source_label, warn
+from ._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT
 from ._errors import RunnerError
 from ._fuzz import fuzz_tool
 from ._fuzz_report import COMMANDS, FuzzReport
-from ._host import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT, open_runner
+from ._host import open_runner
 from ._mcp import DEFAULT_MAX_MESSAGE_BYTES, serve_stdio
 from ._results import ToolResult
 from ._sandbox import SandboxPolicy

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
 import os
 import signal
 import sys
@@ -56,8 +55,9 @@ import trio
 from worker._connection import NotificationDropped, NotificationReceived, RequestReceived, RequestRefused
 from worker._messages import ErrorCode, ErrorObject, LocalProtocolError, Message, RefusalReason, RemoteProtocolError
 
+from ._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT, check_seconds
 from ._errors import ConfigError
-from ._host import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT, Runner, ToolInfo
+from ._host import Runner, ToolInfo
 from ._mcp_methods import (
     CANCELLED,
     INITIALIZE,
@@ -147,8 +147,8 @@ class McpServer:
         sandbox: SandboxPolicy | None = None,
     ) -> None:
         for label, value in (("timeout", timeout), ("poll_interval", poll_interval)):
-            if value is not None and not (value > 0 and math.isfinite(value)):
-                raise ConfigError(f"{label} must be a positive number of seconds, got {value!r}")
+            if value is not None:
+                check_seconds(label, value)
         if max_message_bytes < 1024:
             raise ConfigError(f"max_message_bytes must be at least 1024, got {max_message_bytes}")
         self._timeout = timeout
@@ -440,34 +440,15 @@ def _configure_logging() -> None:
     logging.getLogger("xcsh_run").setLevel(logging.INFO)
 
 
-async def serve_stdio(
-    tool_paths: Sequence[str] = (),
-    *,
-    cwd: str | None = None,
-    timeout: float | None = None,
-    grace: float = DEFAULT_GRACE,
-    load_timeout: float = DEFAULT_LOAD_TIMEOUT,
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-    poll_interval: float = DEFAULT_POLL_INTERVAL,
-    sandbox: SandboxPolicy | None = None,
-) -> int:
+async def serve_stdio(tool_paths: Sequence[str] = (), **options: Any) -> int:
     """Serve MCP on this process's stdin/stdout until stdin ends; returns the exit status.
 
-    Takes fds 0 and 1 over for the rest of the process (see
+    ``options`` are :class:`McpServer`'s. Takes fds 0 and 1 over for the rest of the process (see
     :func:`take_over_stdio`); logs go to stderr. Returns 0 after stdin EOF,
     128 + the signal number after SIGTERM or SIGINT; either way only once no
     worker is left.
     """
-    server = McpServer(
-        tool_paths,
-        cwd=cwd,
-        timeout=timeout,
-        grace=grace,
-        load_timeout=load_timeout,
-        max_message_bytes=max_message_bytes,
-        poll_interval=poll_interval,
-        sandbox=sandbox,
-    )
+    server = McpServer(tool_paths, **options)
     _configure_logging()
     protocol_in, protocol_out = take_over_stdio()
     async with trio.lowlevel.FdStream(protocol_in) as receive, trio.lowlevel.FdStream(protocol_out) as send:
