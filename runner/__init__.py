@@ -1,13 +1,14 @@
 """xcsh-run: run LLM-agent custom tools in isolated, killable worker processes.
 
-General layout: ``_proc`` supervises one worker process (spawn, exit, kill);
-``_boundary`` is the kernel-tracked group every kill goes through;
-``_host`` is the trio runner, a facade over ``_config``, ``_registry``
-(discovery and loading), ``_pool`` (the workers), ``_calls`` (calls and the
-cancellation ladder) and ``_bridge`` (the host API tools reach);
-``_sync`` wraps it for plain programs; ``_cli`` is the ``xcsh-run``
-command, a thin layer over this public API. The wire protocol
-lives in ``worker._protocol``, shared with the worker side.
+The host is layered, lowest first (``docs/architecture.md`` maps every module):
+the sans-io protocol in ``worker`` (frames, messages, the method table and the
+``Connection``); ``_process`` supervises one worker process and ``_boundary`` is
+the kernel-tracked group every kill goes through; ``_proc`` speaks the protocol
+over a process's pipes; ``_pool`` owns every worker's pool state and
+``_registry`` what discovery loaded; ``_calls`` runs one call (and its
+cancellation ladder) and ``_bridge`` carries the host API; ``_host`` is the
+``Runner`` facade; ``_sync``, ``_fuzz``, ``_mcp`` and ``_cli`` are front ends
+over this public API.
 """
 
 from ._config import RunnerConfig as RunnerConfig
