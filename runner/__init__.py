@@ -12,6 +12,9 @@ over this public API.
 """
 
 from ._config import RunnerConfig as RunnerConfig
+from ._custom_tools import CustomToolsLoadResult as CustomToolsLoadResult
+from ._custom_tools import discover_and_load_custom_tools as discover_and_load_custom_tools
+from ._custom_tools import load_custom_tools as load_custom_tools
 from ._discovery import Candidate as Candidate
 from ._discovery import ToolSource as ToolSource
 from ._discovery import discover_custom_tool_paths as discover_custom_tool_paths
@@ -29,13 +32,10 @@ from ._fuzz import fuzz_tool_sync as fuzz_tool_sync
 from ._fuzz_report import FuzzFailure as FuzzFailure
 from ._fuzz_report import FuzzReport as FuzzReport
 from ._fuzz_report import PropertyReport as PropertyReport
-from ._host import CustomToolsLoadResult as CustomToolsLoadResult
 from ._host import LoadError as LoadError
 from ._host import Runner as Runner
 from ._host import RunnerStatistics as RunnerStatistics
 from ._host import ToolInfo as ToolInfo
-from ._host import discover_and_load_custom_tools as discover_and_load_custom_tools
-from ._host import load_custom_tools as load_custom_tools
 from ._host import open_runner as open_runner
 from ._results import ErrorInfo as ErrorInfo
 from ._results import ErrorKind as ErrorKind

@@ -304,7 +304,8 @@ class HostBridge:
                 try:
                     result = await slot.worker.call(p.SESSION, p.SessionParams(event=payload, ctx=self.context))
                     warnings.extend(result.warnings)
-                except (RemoteError, WorkerDied, RemoteProtocolError) as exc:
+                except (RemoteError, WorkerDied, RemoteProtocolError, p.LocalProtocolError) as exc:
+                    # LocalProtocolError: the event or the context is not JSON (or too big to send).
                     warnings.append(f"{name}: session event not delivered: {exc}")
             if scope.cancelled_caught:
                 warnings.append(f"{name}: on_session did not return within {timeout:g} s")
@@ -353,8 +354,8 @@ class HostBridge:
                 return rendered.text
             log.warning("render_%s of %s did not return within %g s; default rendering used", params.kind,
                         info.name, timeout)  # fmt: skip
-        except (RemoteError, WorkerDied, RemoteProtocolError) as exc:
-            healthy = isinstance(exc, RemoteError)
+        except (RemoteError, WorkerDied, RemoteProtocolError, p.LocalProtocolError) as exc:
+            healthy = isinstance(exc, RemoteError | p.LocalProtocolError)  # nothing was sent on the latter
             log.warning("render_%s of %s failed (%s); default rendering used", params.kind, info.name, exc)
         finally:
             # A hook that hung has a worker stuck in it: that worker goes.

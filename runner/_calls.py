@@ -293,7 +293,7 @@ class Calls:
                     pending = await slot.worker.start_call(p.CALL, params, on_update=_deliverer(on_update))
                 except p.LocalProtocolError as exc:
                     healthy = True  # nothing was sent: the worker is as good as before
-                    return _too_big(info, exc)
+                    return _not_sent(info, exc)
                 except (WorkerDied, RemoteProtocolError) as exc:
                     # It died (or broke the protocol) between being taken and
                     # being sent the call: reported like a death during the call.
@@ -350,14 +350,18 @@ def _not_started(info: ToolInfo, exc: LoadFailed) -> ToolResult:
     return error_result(ErrorKind.LOAD_ERROR, str(exc), stderr_tail=exc.stderr_tail, module=info.module)
 
 
-def _too_big(info: ToolInfo, exc: Exception) -> ToolResult:
-    return error_result(
-        ErrorKind.INVALID_ARGUMENTS,
-        f"the call to {info.name!r} does not fit in one protocol message ({exc}); pass less data, "
-        "or open the runner with a larger max_frame_bytes",
-        path="$",
-        module=info.module,
+def _not_sent(info: ToolInfo, exc: p.LocalProtocolError) -> ToolResult:
+    if isinstance(exc, p.FrameTooLarge):
+        message = (
+            f"the call to {info.name!r} does not fit in one protocol message ({exc}); pass less data, "
+            "or open the runner with a larger max_frame_bytes"
+        )
+        return error_result(ErrorKind.INVALID_ARGUMENTS, message, path="$", module=info.module)
+    # Not JSON: a ctx (set_context, or the call's own) holding values JSON cannot carry.
+    message = (
+        f"the call to {info.name!r} could not be sent: {exc}; ctx values must be JSON (str, numbers, lists, dicts)"
     )
+    return error_result(ErrorKind.INVALID_ARGUMENTS, message, module=info.module)
 
 
 def _stopped(

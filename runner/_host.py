@@ -262,6 +262,10 @@ class Runner:
         """The state shared with tools as ``ctx`` (see :meth:`set_context`)."""
         return self._bridge.context
 
+    @context.setter
+    def context(self, state: Mapping[str, Any]) -> None:
+        self.set_context(state)
+
     def set_context(self, state: Mapping[str, Any]) -> None:
         """The session/model state shared with tools as ``ctx`` (read-only on their side)."""
         self._bridge.context = dict(state)
@@ -353,9 +357,17 @@ class Runner:
             self.cancel_all("runner closing")
             await self._calls.table.wait_empty(self.config.grace + 1.0)
             # `shutdown` reaches every live worker before it is stopped, bounded.
-            await self.emit_session_event({"reason": "shutdown", "previousSessionFile": None}, timeout=self.grace)
-            await self._pool.shutdown_all(self.config.grace)
-            await self._factory.aclose()
+            # Each step runs even if the one before failed: an error here must
+            # never leave a worker (and the supervisors holding the nursery) alive.
+            try:
+                await self.emit_session_event({"reason": "shutdown", "previousSessionFile": None}, timeout=self.grace)
+            except Exception:
+                log.exception("the shutdown session event failed; stopping the workers all the same")
+            finally:
+                try:
+                    await self._pool.shutdown_all(self.config.grace)
+                finally:
+                    await self._factory.aclose()
 
 
 @asynccontextmanager
@@ -469,32 +481,3 @@ async def open_runner(
             yield runner
         finally:
             await runner.aclose()  # stops the housekeeping tasks first, and waits for them
-
-
-class CustomToolsLoadResult(msgspec.Struct, frozen=True):
-    """What :func:`discover_and_load_custom_tools` found: tools, and every error with its source."""
-
-    tools: list[ToolInfo]
-    errors: list[LoadError]
-
-
-async def discover_and_load_custom_tools(
-    configured_paths: Sequence[str], cwd: str, builtin_tool_names: Iterable[str] = (), **options: Any
-) -> CustomToolsLoadResult:
-    """Discover every source, load each module in a worker, and return ``{tools, errors}``.
-
-    The workers are stopped before this returns; use :func:`open_runner` to
-    keep them for calls. ``options`` are those of :func:`open_runner`.
-    """
-    async with open_runner(configured_paths, cwd=cwd, builtin_tool_names=builtin_tool_names, **options) as runner:
-        return CustomToolsLoadResult(tools=runner.tools, errors=runner.errors)
-
-
-async def load_custom_tools(
-    paths: Sequence[str], cwd: str, builtin_tool_names: Iterable[str] = (), **options: Any
-) -> CustomToolsLoadResult:
-    """Load exactly ``paths`` (no discovery), each in a worker, and return ``{tools, errors}``."""
-    async with open_runner(
-        paths, cwd=cwd, builtin_tool_names=builtin_tool_names, discover_sources=False, **options
-    ) as runner:
-        return CustomToolsLoadResult(tools=runner.tools, errors=runner.errors)

@@ -220,6 +220,7 @@ class WorkerPool:
                 self._note_spare_demand(policy)
                 slot = await self._start(policy, module)
             slot.module, slot.state = module, SlotState.LOADING
+            slot.worker.module = module  # its protocol errors and teardown logs name the tool file
             result = await load(slot.worker)
             ok = True
             return slot, result

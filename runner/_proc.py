@@ -37,7 +37,8 @@ from ._boundary import Boundary
 from ._errors import RemoteError, RemoteProtocolError, RemoteRequestRefused, WorkerDied, WorkerStartupError
 from ._faults import fault_point
 from ._output import READ_CHUNK, OutputTail
-from ._process import SupervisedProcess, TeardownStats
+from ._process import SupervisedProcess
+from ._teardown import TeardownStats
 from ._worker_api import InFlight, PoolWorker, UpdateHandler
 
 __all__ = [
@@ -161,7 +162,12 @@ class WorkerProcess:
 
     @property
     def module(self) -> str:
+        """The tool module it serves, as its messages name it (the project directory for a spare)."""
         return self.process.module
+
+    @module.setter
+    def module(self, value: str) -> None:
+        self.process.module = value
 
     @property
     def pid(self) -> int:
@@ -189,7 +195,9 @@ class WorkerProcess:
 
     @property
     def alive(self) -> bool:
-        return not self.process.exited and self.protocol_error is None
+        # A worker that closed its protocol pipe but lives on can answer nothing:
+        # not alive, so the pool retires it instead of handing it the next call.
+        return not self.process.exited and self.protocol_error is None and self._conn.state not in _GONE
 
     def cpu_seconds(self) -> float:
         """CPU time the worker process has used (user + system), 0 if unknown."""

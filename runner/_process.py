@@ -41,7 +41,6 @@ import functools
 import logging
 import os
 import resource
-import select
 import signal
 import subprocess
 import sys
@@ -55,17 +54,17 @@ from ._boundary import Boundary
 from ._errors import WorkerDied, WorkerStartupError
 from ._faults import fault_point
 from ._output import OutputCapture
+from ._teardown import (
+    DRAIN_SECONDS,
+    KILL_WAIT_SECONDS,
+    NO_STATS,
+    TEARDOWN_SECONDS,
+    WORKDIR_REMOVAL_SECONDS,
+    TeardownStats,
+    exited_now,
+)
 from ._workdir import remove_workdir
 
-DRAIN_SECONDS: Final = 0.5
-# How long a kill may take to be seen (reaped) before it is reported as an
-# overrun instead of waited on forever: SIGKILL is not instant for a process
-# in uninterruptible sleep (a hung NFS read, a frozen cgroup).
-KILL_WAIT_SECONDS: Final = 5.0
-# A worker's private HOME/TMPDIR gets this long to be removed, however the
-# tool built it; what is left is retried when the runner closes.
-WORKDIR_REMOVAL_SECONDS: Final = 10.0
-TEARDOWN_SECONDS: Final = DRAIN_SECONDS + WORKDIR_REMOVAL_SECONDS + KILL_WAIT_SECONDS
 _F_SETPIPE_SZ: Final = 1031
 _PIPE_BYTES: Final = 1 << 20
 log: Final = logging.getLogger("xcsh_run")
@@ -73,28 +72,6 @@ log: Final = logging.getLogger("xcsh_run")
 _Streams = tuple[trio.lowlevel.FdStream, trio.lowlevel.FdStream, trio.lowlevel.FdStream]
 ProtocolReader = Callable[[trio.lowlevel.FdStream], Awaitable[None]]
 """Reads the worker's protocol pipe until EOF; run by the supervisor beside the output drains."""
-
-
-class TeardownStats:
-    """Bounded teardown waits that expired: each one logged, and counted here.
-
-    A runner shares one with all its workers; ``RunnerStatistics.teardown_overruns``
-    reports the count. Anything above 0 means a kill or a cleanup did not
-    finish in its bound and was given up on rather than waited on forever.
-    """
-
-    def __init__(self) -> None:
-        self.overruns = 0
-        # Workdirs whose removal ran out of time, retried when the runner
-        # closes (a live host's own workdirs are never swept by others).
-        self.leftover_workdirs: list[Path] = []
-
-    def overrun(self, what: str) -> None:
-        self.overruns += 1
-        log.error("teardown bound expired: %s", what)
-
-
-_NO_STATS = TeardownStats()
 
 
 class SupervisedProcess:
@@ -118,7 +95,7 @@ class SupervisedProcess:
         self.boundary = boundary
         self.workdir = workdir
         self.output = OutputCapture(output_limit, self.kill_tree)
-        self.teardown = teardown if teardown is not None else _NO_STATS
+        self.teardown = teardown if teardown is not None else NO_STATS
         self.pid = 0
         self.returncode: int | None = None
         self.rusage: resource.struct_rusage | None = None
@@ -346,7 +323,7 @@ class SupervisedProcess:
             await self.kill_tree()
             with trio.move_on_after(KILL_WAIT_SECONDS):
                 await trio.lowlevel.wait_readable(self._pidfd)
-            if select.select([self._pidfd], [], [], 0)[0]:  # a pidfd is readable once its process exited
+            if exited_now(self._pidfd):
                 self._reap()
             else:
                 self.teardown.overrun(

@@ -107,14 +107,18 @@ class Tail(Protocol):
 class PoolWorker(Protocol):
     """One started worker, as the pool, the call layer and the bridge use it.
 
-    Which module it loaded and what it was told about the UI are the pool's
-    records, not the worker's.
+    What it was told about the UI is the pool's record, not the worker's; the
+    module it serves is the pool's too, and is copied here only so that the
+    worker's own messages (a protocol error, a teardown overrun) name it.
 
     Every wait is bounded by the worker itself (``kill``, ``shutdown``) or by the
     caller's deadline (``call``, ``InFlight.wait``): a cancelled ``call`` abandons
     its request, and the worker may still be working on it, so the caller must
     then stop the worker.
     """
+
+    module: str
+    """The tool module it serves, for its own messages and logs; the pool sets it when a spare loads one."""
 
     @property
     def pid(self) -> int: ...

@@ -67,6 +67,7 @@ class FakeTail:
 class FakeWorker:
     def __init__(self, tools: Iterable[str], mode: Mode = "answer") -> None:
         self.pid = next(_pids)
+        self.module = ""
         self.tools = list(tools)
         self.mode: Mode = mode
         self.returncode: int | None = None

@@ -195,6 +195,22 @@ async def test_session_events_reach_live_workers_and_errors_are_warnings(tmp_pat
     assert marker.read_text().splitlines() == ["auto_retry_start", "shutdown"]
 
 
+async def test_a_context_json_cannot_carry_is_a_clear_result_and_a_warning_not_a_hang() -> None:
+    with trio.fail_after(30):
+        async with make_runner(HOSTAPI) as runner:
+            await runner.call_tool("events")  # a live worker with on_session hooks
+            runner.context = {"handle": object()}
+            result = await runner.call_tool("events")
+            warnings = await runner.emit_session_event({"reason": "start", "previousSessionFile": None})
+            runner.context = {"model": "m3"}
+            after = await runner.call_tool("events")
+            runner.context = {"handle": object()}
+        # Closing, with that context again, still sent `shutdown` to every worker and returned.
+    assert result.kind == "invalid_arguments" and "ctx values must be JSON" in result.text, result
+    assert warnings and all("session event not delivered" in w for w in warnings), warnings
+    assert not after.is_error, after
+
+
 async def test_render_hooks_run_in_the_worker_with_fallbacks(caplog: pytest.LogCaptureFixture) -> None:
     with trio.fail_after(30):
         async with make_runner(HOSTAPI) as runner:

@@ -40,6 +40,7 @@ RANKS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "runner._validate",
             "runner._process",
             "runner._output",
+            "runner._teardown",
             "runner._signals",
         ),
     ),
@@ -50,7 +51,7 @@ RANKS: tuple[tuple[int, tuple[str, ...]], ...] = (
     # The Runner facade and open_runner.
     (6, ("runner._host",)),
     # Front ends over the library.
-    (7, ("runner._sync", "runner._fuzz*", "runner._mcp*")),
+    (7, ("runner._sync", "runner._fuzz*", "runner._mcp*", "runner._custom_tools")),
     # The CLI and the package's public face.
     (8, ("runner._cli*", "runner", "runner.__main__")),
 )
