@@ -81,6 +81,7 @@ class WorkerProcess:
         self._send_lock = trio.Lock()
         # Who waits for which of our requests (the ids and their lifecycle are the connection's).
         self._waiting: dict[int, InFlight[Any]] = {}
+        self._unsent = itertools.count(1)  # negative keys in _waiting: requests made while it was ending
         self._updates: dict[str, UpdateHandler] = {}
 
     def __repr__(self) -> str:
@@ -311,11 +312,17 @@ class WorkerProcess:
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
             await self._write(frame)
 
-    def _usable(self) -> None:
+    def _ending(self) -> bool:
+        """True if the worker is ending but its end is not recorded yet; raises if it is recorded.
+
+        Between the pipe's end (or the pidfd's) and the reap, the exit status is
+        not known: a request made then must not be failed with a made-up one.
+        """
         if self.protocol_error is not None:
             raise self.protocol_error
-        if self.process.exited or self._conn.state in _GONE:
+        if self.process.dead:
             raise WorkerDied(self.returncode or 0, self.stderr_tail.text())
+        return self.process.exited or self._conn.state in _GONE
 
     async def _start(
         self,
@@ -329,7 +336,12 @@ class WorkerProcess:
 
         def frame() -> bytes:
             nonlocal inflight
-            self._usable()
+            if self._ending():
+                # Not sent: it fails with the requests still waiting once the
+                # worker's end is recorded, with its real exit status (rule 3).
+                inflight = InFlight(-next(self._unsent), call_id=call_id, on_abandon=self._abandon)
+                self._waiting[inflight.req_id] = inflight
+                return b""
             # Raises LocalProtocolError (too big, out of state) before anything is registered.
             req_id, data = self._conn.send_request(method, params)
             inflight = InFlight(req_id, call_id=call_id, on_abandon=self._abandon)

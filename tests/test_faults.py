@@ -41,6 +41,7 @@ import trio
 from runner import ToolResult, open_runner
 from runner._faults import STEPS, injected
 
+from ._scale import scaled
 from .conftest import SUMMARY, TOOLS, leaks_since, run_guarded, snapshot
 
 MODULE = str(TOOLS / "lifecycle.py")
@@ -262,3 +263,39 @@ def test_fault(step: str, kind: Kind, mode: Mode, path: Path_, warm_cache: Path,
     assert not problems, f"{step} {fault.label} {mode} on the {path} path (fired {fault.fired}x):\n" + "\n".join(
         problems
     )
+
+
+def test_a_worker_killed_while_starting_is_reported_with_its_signal_every_time(
+    warm_cache: Path, tmp_path: Path
+) -> None:
+    """The window between the worker's end being seen (pipe EOF, pidfd) and its reap, swept.
+
+    A request made in that window used to fail at once with a made-up status
+    ("exited with code 0"); it now fails with the others once the exit is
+    recorded, so the message names SIGKILL every time.
+    """
+    cache_dir = tmp_path / "cache"
+    shutil.copytree(warm_cache, cache_dir)
+    rounds = scaled(30, 300)
+
+    def kill_at_initialize(step: str, pid: int) -> None:
+        if step == "initialize":
+            os.kill(pid, signal.SIGKILL)
+
+    async def sweep() -> list[str]:
+        wrong: list[str] = []
+        with injected(kill_at_initialize):
+            for _ in range(rounds):
+                async with open_runner(
+                    [MODULE], discover_sources=False, cache=True, cache_dir=cache_dir, spare_workers=0
+                ) as runner:
+                    result = await runner.call_tool("ping")
+                if result.kind != "crashed" or "SIGKILL" not in result.text:
+                    wrong.append(result.text)
+        return wrong
+
+    before = snapshot()
+    guarded = run_guarded(sweep, timeout=WATCHDOG + rounds)
+    assert not guarded.hung and guarded.error is None, guarded
+    assert guarded.value == [], f"{len(guarded.value)} of {rounds}: {guarded.value[:3]}"
+    assert not leaks_since(before)
