@@ -276,10 +276,18 @@ class Calls:
                 call.scope = scope
                 if call.reason is not None:
                     scope.cancel()
+                # The waits below checkpoint only when they must wait: a warm
+                # call's only trip through the scheduler is for its answer.
                 if lock is not None:  # rule 1: queued time counts
-                    await lock.acquire()
+                    try:
+                        lock.acquire_nowait()
+                    except trio.WouldBlock:
+                        await lock.acquire()
                     holds_lock = True
-                await self._limiter.acquire_on_behalf_of(call)
+                try:
+                    self._limiter.acquire_on_behalf_of_nowait(call)
+                except trio.WouldBlock:
+                    await self._limiter.acquire_on_behalf_of(call)
                 holds_slot = True
                 try:
                     slot = await self._registry.acquire(info, timeout, policy)
@@ -288,6 +296,8 @@ class Calls:
                 call.worker_unenforced = slot.worker.unenforced
                 if self._before_call is not None:
                     await self._before_call(slot)
+                # Cancelled already (by the table, or the caller): nothing is sent.
+                await trio.lowlevel.checkpoint_if_cancelled()
                 params = p.CallParams(call_id=call.call_id, tool=info.name, arguments=raw_args, ctx=ctx)
                 try:
                     pending = await slot.worker.start_call(p.CALL, params, on_update=_deliverer(on_update))

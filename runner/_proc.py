@@ -231,11 +231,19 @@ class WorkerProcess:
     # --- reading ---------------------------------------------------------------
 
     async def _read_protocol(self, stream: trio.lowlevel.FdStream) -> None:
+        # The fd itself, not ``stream.receive_some``: that costs a checkpoint and
+        # a read that fails with EAGAIN for every message, a tenth of a warm
+        # call. Only this task reads the fd, and the supervisor closes it only
+        # after this task has ended, so nothing can close it under the wait.
+        fd = stream.fileno()
         try:
             while True:
+                await trio.lowlevel.wait_readable(fd)
                 try:
-                    data = await stream.receive_some(READ_CHUNK)
-                except (trio.ClosedResourceError, trio.BrokenResourceError):
+                    data = os.read(fd, READ_CHUNK)
+                except BlockingIOError:  # woken for nothing: wait again
+                    continue
+                except OSError:
                     data = b""
                 self._conn.receive_data(data)
                 while not isinstance(event := self._conn.next_event(), p._NeedData):
@@ -305,8 +313,23 @@ class WorkerProcess:
         # the connection made them, and a cancelled wait for the lock sends nothing.
         out = self.process.protocol_out
         assert out is not None
-        async with self._send_lock:
-            await out.send_all(frame())
+        lock = self._send_lock
+        if lock.locked():  # someone is mid-frame: queue behind them
+            async with lock:
+                await out.send_all(frame())
+            return
+        # The common case: nobody is writing, so take the lock and write without
+        # a checkpoint; only a frame the pipe cannot take at once waits, holding
+        # the lock so that no other frame is interleaved with its rest.
+        lock.acquire_nowait()
+        try:
+            data = frame()
+            if data:
+                sent = _write_some(out, data)
+                if sent < len(data):
+                    await out.send_all(memoryview(data)[sent:])
+        finally:
+            lock.release()
 
     async def _write_quietly(self, frame: Callable[[], bytes]) -> None:
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
@@ -406,6 +429,19 @@ class WorkerProcess:
             return self._conn.send_notification(notice, params)
 
         await self._write_quietly(frame)
+
+
+def _write_some(out: trio.lowlevel.FdStream, data: bytes) -> int:
+    """What a non-blocking write takes of ``data`` now, with the errors ``send_all`` would raise."""
+    fd = out.fileno()
+    if fd < 0:
+        raise trio.ClosedResourceError("the worker's protocol pipe is closed")
+    try:
+        return os.write(fd, data)
+    except BlockingIOError:
+        return 0
+    except OSError as exc:  # EPIPE: the worker closed its end
+        raise trio.BrokenResourceError(f"the worker's protocol pipe is broken: {exc}") from exc
 
 
 async def _outcome(inflight: InFlight[R]) -> R:

@@ -52,8 +52,10 @@ CALL_ID = "sweep-call"
 GRACE = 0.5
 # The streaming call's partial results (each followed by a log record), and
 # the tool's work between two messages: enough for the host to read each
-# message on its own, so that their delivery is many steps, not one.
-STREAM_PARTS = 20
+# message on its own, so that their delivery is many steps, not one. A warm
+# call checkpoints only where it must wait, so it takes enough parts to keep
+# the phase over MANDATORY steps.
+STREAM_PARTS = 32
 STREAM_INTERVAL = 0.0005
 # How often a runner's statistics are looked at while its spares start.
 SPARE_POLL = 0.02
