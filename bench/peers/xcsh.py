@@ -96,8 +96,15 @@ class Xcsh:
             samples.append(now_us() - start)
         return {"samples": samples, "spawned": self.runner.statistics().workers_started - before}
 
-    async def op_throughput(self, n: int, workers: int = 2) -> dict[str, float]:
-        """Seconds for n echo calls from ``workers`` tasks, each with one call in flight (one worker each)."""
+    async def op_throughput(self, n: int, workers: int = 2, in_flight: int = 0) -> dict[str, float]:
+        """Seconds for n echo calls from ``workers`` tasks, each with one call in flight (one worker each).
+
+        With ``in_flight``, that many tasks share the n calls in a runner of
+        ``max_workers=workers``: callers keep many calls in flight, as Pool's
+        ``apply_async`` loop does, and the runner queues them.
+        """
+        if in_flight:
+            return await self._throughput_queued(n, workers, in_flight)
 
         async def loop(count: int) -> None:
             for i in range(count):
@@ -113,6 +120,29 @@ class Xcsh:
                 nursery.start_soon(loop, n // workers)
         elapsed = time.perf_counter() - start
         return {"seconds": elapsed, "spawned": self.runner.statistics().workers_started - before}
+
+    async def _throughput_queued(self, n: int, workers: int, in_flight: int) -> dict[str, float]:
+        async with self._open(max_workers=workers) as runner:
+            left = iter(range(n))
+
+            async def loop(count: int) -> None:
+                for i in range(count):
+                    await self._echo(i, runner=runner)
+
+            async def drain() -> None:
+                for i in left:
+                    await self._echo(i, runner=runner)
+
+            async with trio.open_nursery() as nursery:  # warm-up: `workers` workers exist
+                for _ in range(workers):
+                    nursery.start_soon(loop, 50)
+            before = runner.statistics().workers_started
+            start = time.perf_counter()
+            async with trio.open_nursery() as nursery:
+                for _ in range(in_flight):
+                    nursery.start_soon(drain)
+            elapsed = time.perf_counter() - start
+            return {"seconds": elapsed, "spawned": runner.statistics().workers_started - before}
 
     async def op_big(self, reps: int) -> list[float]:
         samples = []
