@@ -21,10 +21,11 @@ import trio
 
 from worker import _protocol as p
 
-from ._calls import CallTable, str_or_none
+from ._calls import CallTable
 from ._config import RunnerConfig
 from ._errors import ConfigError, RemoteProtocolError, WorkerDied, describe_exit
 from ._housekeeping import Housekeeping
+from ._outcomes import str_or_none
 from ._pool import Slot, WorkerPool
 from ._proc import RemoteError, RemoteRequestRefused
 from ._registry import LoadFailed, ToolInfo, ToolRegistry
@@ -166,6 +167,10 @@ class HostBridge:
                 # Now for calls already running; sync_ui also runs before the
                 # next request, so a call started right after this sees it.
                 self._nursery.start_soon(self.sync_ui, slot)
+
+    def ui_synced(self, slot: Slot) -> bool:
+        """True if the worker knows whether there is a UI: :meth:`sync_ui` has nothing to send it."""
+        return slot.has_ui == self._pool.has_ui
 
     async def sync_ui(self, slot: Slot) -> None:
         has_ui = self._pool.has_ui

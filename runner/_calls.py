@@ -1,4 +1,4 @@
-"""Calls: the call table, one call's lifecycle, the cancellation ladder, and what an answer means.
+"""Calls: the call table, one call's lifecycle and the cancellation ladder (``runner._outcomes``: what an end means).
 
 Every call ends in exactly one :class:`ToolResult`. Tool failures, crashes,
 timeouts, protocol violations and cancellation requests all become results
@@ -26,11 +26,16 @@ Rules this module keeps:
 3. The error kind comes from the JSON-RPC error code, never from the
    worker's free-form ``error.data``: a worker cannot claim that its call
    "timed out" or "crashed"; those kinds are the host's own observations.
+4. A warm call, one that finds an idle worker, a free token and lock, and
+   nothing to tell the worker first, takes all of it in one synchronous step
+   and sends without a checkpoint; it then waits for its answer alone, on an
+   event that the answer, a cancel or the deadline keeper
+   (``runner._deadlines``) sets. Every other call waits under a cancel scope
+   with the same deadline. From the answer (or the stop) on, both are one path.
 """
 
 from __future__ import annotations
 
-import enum
 import itertools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -43,10 +48,11 @@ import trio
 from worker import _protocol as p
 
 from ._config import check_seconds
-from ._errors import ConfigError, RemoteProtocolError, WorkerDied, describe_exit
+from ._deadlines import DeadlineKeeper
+from ._errors import ConfigError, RemoteProtocolError, WorkerDied
+from ._outcomes import Rung, deliverer, interpret, limits, not_sent, not_started, stopped
 from ._pool import Slot, WorkerPool
-from ._proc import RemoteError
-from ._registry import LoadFailed, ToolInfo, ToolRegistry, last_line
+from ._registry import LoadFailed, ToolInfo, ToolRegistry
 from ._results import ErrorKind, ToolResult, error_result
 from ._sandbox import Probe, SandboxPolicy, check
 from ._validate import ArgumentValidator, SchemaProblem
@@ -56,13 +62,6 @@ log: Final = logging.getLogger("xcsh_run")
 UpdateCallback = Callable[[dict[str, Any]], object]
 
 _call_ids = itertools.count(1)
-
-
-class Rung(enum.StrEnum):
-    """Which step of the ladder ended a call."""
-
-    COOPERATIVE = "cooperative"  # it answered or exited within the grace period
-    KILLED = "killed"  # its tree was killed after the grace period
 
 
 # How to stop a call's worker, in the spirit of trio's `run_process(deliver_cancel=...)`:
@@ -97,11 +96,16 @@ class CancelLadder:
 class Call:
     """One running call, as the table (cancel, abort) and the bridge (UI prompts, logs) see it."""
 
-    __slots__ = ("call_id", "scope", "reason", "tool", "operation", "ui_scopes", "stopping", "worker_unenforced")
+    __slots__ = (
+        "call_id", "scope", "wake", "reason", "tool", "operation", "ui_scopes", "stopping", "worker_unenforced",
+    )  # fmt: skip
 
     def __init__(self, call_id: str, tool: str = "", operation: str | None = None) -> None:
         self.call_id = call_id
+        # What stops its waiting: the scope of a call that may wait for a worker,
+        # or the event a warm call waits on for its answer.
         self.scope: trio.CancelScope | None = None
+        self.wake: trio.Event | None = None
         self.reason: str | None = None
         self.tool = tool
         self.operation = operation
@@ -150,6 +154,8 @@ class CallTable:
             call.reason = reason
         if call.scope is not None:
             call.scope.cancel()
+        if call.wake is not None:
+            call.wake.set()
         return True
 
     def cancel_all(self, reason: str = "cancelled") -> None:
@@ -186,6 +192,8 @@ class Calls:
         checked: Mapping[SandboxPolicy, list[str]],
         deliver_cancel: DeliverCancel,
         before_call: Callable[[Slot], Awaitable[None]] | None = None,
+        deadlines: DeadlineKeeper | None = None,
+        ready: Callable[[Slot], bool] | None = None,
     ) -> None:
         self.table = table
         self._pool = pool
@@ -195,6 +203,11 @@ class Calls:
         self._checked: dict[SandboxPolicy, list[str]] = dict(checked)
         self._deliver_cancel = deliver_cancel
         self._before_call = before_call
+        # The warm path: a call that finds everything it needs free waits for
+        # nothing but its answer, under the keeper's deadline instead of a scope.
+        # `ready` says whether a worker needs nothing from `before_call`.
+        self._deadlines = deadlines
+        self._ready = ready
         # Calls past max_workers wait here, first come first served (trio's
         # CapacityLimiter is FIFO); exclusive tools also queue on their lock.
         self._limiter = trio.CapacityLimiter(max_workers)
@@ -266,198 +279,191 @@ class Calls:
         timeout: float,
         policy: SandboxPolicy,
     ) -> ToolResult:
-        slot: Slot | None = None
+        deadline = trio.current_time() + timeout
+        lock = self._exclusive.setdefault(info.name, trio.Lock()) if info.concurrency == "exclusive" else None
+        held = _Held()
         pending: InFlight[p.CallResult] | None = None
         healthy = False
-        lock = self._exclusive.setdefault(info.name, trio.Lock()) if info.concurrency == "exclusive" else None
-        holds_lock = holds_slot = False
         try:
-            with trio.CancelScope(deadline=trio.current_time() + timeout) as scope:
-                call.scope = scope
-                if call.reason is not None:
-                    scope.cancel()
-                # The waits below checkpoint only when they must wait: a warm
-                # call's only trip through the scheduler is for its answer.
-                if lock is not None:  # rule 1: queued time counts
-                    try:
-                        lock.acquire_nowait()
-                    except trio.WouldBlock:
-                        await lock.acquire()
-                    holds_lock = True
-                try:
-                    self._limiter.acquire_on_behalf_of_nowait(call)
-                except trio.WouldBlock:
-                    await self._limiter.acquire_on_behalf_of(call)
-                holds_slot = True
-                try:
-                    slot = await self._registry.acquire(info, timeout, policy)
-                except LoadFailed as exc:
-                    return _not_started(info, exc)
-                call.worker_unenforced = slot.worker.unenforced
-                if self._before_call is not None:
-                    await self._before_call(slot)
-                # Cancelled already (by the table, or the caller): nothing is sent.
-                await trio.lowlevel.checkpoint_if_cancelled()
-                params = p.CallParams(call_id=call.call_id, tool=info.name, arguments=raw_args, ctx=ctx)
-                try:
-                    pending = await slot.worker.start_call(p.CALL, params, on_update=_deliverer(on_update))
-                except p.LocalProtocolError as exc:
-                    healthy = True  # nothing was sent: the worker is as good as before
-                    return _not_sent(info, exc)
-                except (WorkerDied, RemoteProtocolError) as exc:
-                    # It died (or broke the protocol) between being taken and
-                    # being sent the call: reported like a death during the call.
-                    pending = InFlight()
-                    pending.set_error(exc)
-                await pending.wait()
-            if scope.cancelled_caught:
-                kind = ErrorKind.CANCELLED if call.reason is not None else ErrorKind.TIMEOUT
-                if slot is None:
+            slot = self._take_warm(info, call, policy, lock, held)
+            sent = self._send_warm(info, call, slot, raw_args, ctx, on_update) if slot is not None else None
+            if isinstance(sent, ToolResult):
+                healthy = True  # nothing was sent: the worker is as good as before
+                return sent
+            if sent is not None:
+                pending = sent
+                answered = await self._wait_answer(call, pending, deadline)
+            else:
+                with trio.CancelScope(deadline=deadline) as scope:
+                    call.scope = scope
+                    if call.reason is not None:
+                        scope.cancel()
+                    if slot is None:
+                        taken = await self._take(info, call, policy, lock, held, timeout)
+                        if isinstance(taken, ToolResult):
+                            return taken
+                        slot = taken
+                    # Cancelled already (by the table, or the caller): nothing is sent.
+                    await trio.lowlevel.checkpoint_if_cancelled()
+                    sent = await self._send(info, call, slot, raw_args, ctx, on_update)
+                    if isinstance(sent, ToolResult):
+                        healthy = True
+                        return sent
+                    pending = sent
+                    await pending.wait()
+                answered = not scope.cancelled_caught
+                if not answered and slot is None:
+                    kind = ErrorKind.CANCELLED if call.reason is not None else ErrorKind.TIMEOUT
                     what = "cancelled" if kind is ErrorKind.CANCELLED else f"timed out after {timeout:g} s"
                     return error_result(kind, f"{info.name!r} {what} before its worker was ready", module=info.module)
+            assert slot is not None
+            if not answered:  # (pending is None if it was stopped before the call was sent)
+                kind = ErrorKind.CANCELLED if call.reason is not None else ErrorKind.TIMEOUT
                 call.stop()
                 rung = await self._deliver_cancel(slot.worker, call.call_id, call.reason or "timeout", pending)
-                return _stopped(info, kind, call.reason, timeout, rung, slot.worker)
-            assert slot is not None and pending is not None
+                return stopped(info, kind, call.reason, timeout, rung, slot.worker)
+            assert pending is not None
             result = limits(interpret(info, slot.worker, pending), slot.worker, policy)
             healthy = result.kind in (None, "tool_error", "invalid_arguments")
             return result
         except BaseException:
             # The caller was cancelled (or something unexpected happened):
             # the worker still goes through the ladder before we let go (rule 2).
-            if slot is not None:
+            if held.slot is not None:
                 call.stop()
                 with trio.CancelScope(shield=True):
-                    await self._deliver_cancel(slot.worker, call.call_id, call.reason or "cancelled", pending)
+                    await self._deliver_cancel(held.slot.worker, call.call_id, call.reason or "cancelled", pending)
             raise
         finally:
-            if slot is not None:
+            if held.slot is not None:
                 if pending is not None:
                     pending.abandon()
-                await self._pool.finish(slot, healthy=healthy)
-            if holds_slot:
+                await self._pool.finish(held.slot, healthy=healthy)
+            if held.token:
                 self._limiter.release_on_behalf_of(call)
-            if holds_lock and lock is not None:
+            if held.lock and lock is not None:
                 lock.release()
 
-
-def _deliverer(on_update: UpdateCallback | None) -> Callable[[p.CallResult], None]:
-    def deliver(partial: p.CallResult) -> None:
-        if on_update is None:
-            return
+    def _take_warm(
+        self, info: ToolInfo, call: Call, policy: SandboxPolicy, lock: trio.Lock | None, held: _Held
+    ) -> Slot | None:
+        """All a call waits for, if all of it is free now, taken without a checkpoint; else None, nothing taken."""
+        if self._deadlines is None or call.reason is not None or (lock is not None and lock.locked()):
+            return None
+        slot = self._pool.peek_idle(info.module, policy)
+        if slot is None or (self._ready is not None and not self._ready(slot)):
+            return None
         try:
-            on_update({"content": partial.content, "details": partial.details})
-        except Exception as exc:  # the caller's callback must not take the host down
-            log.warning("on_update callback raised %r; update dropped", exc)
+            self._limiter.acquire_on_behalf_of_nowait(call)
+        except trio.WouldBlock:
+            return None
+        held.token = True
+        if lock is not None:
+            lock.acquire_nowait()  # free (checked above), and nothing ran since
+            held.lock = True
+        self._pool.take(slot)
+        held.slot = slot
+        call.worker_unenforced = slot.worker.unenforced
+        return slot
 
-    return deliver
+    async def _take(
+        self, info: ToolInfo, call: Call, policy: SandboxPolicy, lock: trio.Lock | None, held: _Held, timeout: float
+    ) -> Slot | ToolResult:
+        """A worker for the call, waiting as long as it takes (under the call's scope); a result if none."""
+        # Each wait checkpoints only when it must wait.
+        if lock is not None:  # rule 1: queued time counts
+            try:
+                lock.acquire_nowait()
+            except trio.WouldBlock:
+                await lock.acquire()
+            held.lock = True
+        try:
+            self._limiter.acquire_on_behalf_of_nowait(call)
+        except trio.WouldBlock:
+            await self._limiter.acquire_on_behalf_of(call)
+        held.token = True
+        try:
+            slot = held.slot = await self._registry.acquire(info, timeout, policy)
+        except LoadFailed as exc:
+            return not_started(info, exc)
+        call.worker_unenforced = slot.worker.unenforced
+        if self._before_call is not None:
+            await self._before_call(slot)
+        return slot
 
+    def _send_warm(
+        self,
+        info: ToolInfo,
+        call: Call,
+        slot: Slot,
+        raw_args: msgspec.Raw,
+        ctx: dict[str, Any],
+        on_update: UpdateCallback | None,
+    ) -> InFlight[p.CallResult] | ToolResult | None:
+        """The call sent without a checkpoint; None if that would have to wait (another frame is being written)."""
+        params = p.CallParams(call_id=call.call_id, tool=info.name, arguments=raw_args, ctx=ctx)
+        try:
+            return slot.worker.start_call_nowait(p.CALL, params, on_update=deliverer(on_update))
+        except trio.WouldBlock:
+            return None
+        except p.LocalProtocolError as exc:
+            return not_sent(info, exc)
+        except (WorkerDied, RemoteProtocolError) as exc:
+            return _failed(exc)
 
-def _not_started(info: ToolInfo, exc: LoadFailed) -> ToolResult:
-    if exc.startup:
-        message = f"could not run {info.name!r}: {exc}"
-        return error_result(ErrorKind.CRASHED, message, stderr_tail=exc.stderr_tail, module=info.module)
-    return error_result(ErrorKind.LOAD_ERROR, str(exc), stderr_tail=exc.stderr_tail, module=info.module)
+    async def _send(
+        self,
+        info: ToolInfo,
+        call: Call,
+        slot: Slot,
+        raw_args: msgspec.Raw,
+        ctx: dict[str, Any],
+        on_update: UpdateCallback | None,
+    ) -> InFlight[p.CallResult] | ToolResult:
+        params = p.CallParams(call_id=call.call_id, tool=info.name, arguments=raw_args, ctx=ctx)
+        try:
+            return await slot.worker.start_call(p.CALL, params, on_update=deliverer(on_update))
+        except p.LocalProtocolError as exc:
+            return not_sent(info, exc)
+        except (WorkerDied, RemoteProtocolError) as exc:
+            return _failed(exc)
 
-
-def _not_sent(info: ToolInfo, exc: p.LocalProtocolError) -> ToolResult:
-    if isinstance(exc, p.FrameTooLarge):
-        message = (
-            f"the call to {info.name!r} does not fit in one protocol message ({exc}); pass less data, "
-            "or open the runner with a larger max_frame_bytes"
-        )
-        return error_result(ErrorKind.INVALID_ARGUMENTS, message, path="$", module=info.module)
-    # Not JSON: a ctx (set_context, or the call's own) holding values JSON cannot carry.
-    message = (
-        f"the call to {info.name!r} could not be sent: {exc}; ctx values must be JSON (str, numbers, lists, dicts)"
-    )
-    return error_result(ErrorKind.INVALID_ARGUMENTS, message, module=info.module)
-
-
-def _stopped(
-    info: ToolInfo, kind: ErrorKind, reason: str | None, timeout: float, rung: Rung, worker: PoolWorker
-) -> ToolResult:
-    if kind is ErrorKind.TIMEOUT:
-        message = f"{info.name!r} timed out after {timeout:g} s"
-    else:
-        message = f"{info.name!r} was cancelled ({reason})"
-    how = "stopped within the grace period" if rung is Rung.COOPERATIVE else "was killed after the grace period"
-    return error_result(
-        kind,
-        f"{message}; the tool {how}",
-        rung=rung.value,
-        stderr_tail=worker.stderr_tail.text() or None,
-        module=info.module,
-    )
-
-
-def interpret(info: ToolInfo, worker: PoolWorker, pending: InFlight[p.CallResult]) -> ToolResult:
-    """The worker's answer (or its end) as a result."""
-    try:
-        result = pending.outcome()
-    except RemoteError as exc:
-        data = exc.data
-        kind = ErrorKind(p.kind_of(exc.error.code))  # rule 3
-        message = exc.error.message
-        if kind is ErrorKind.PROTOCOL_ERROR:
-            message = f"the worker answered with an unexpected error ({exc.error.code}): {message}"
-        return error_result(
-            kind,
-            message,
-            traceback=str_or_none(data.get("traceback")),
-            path=str_or_none(data.get("path")),
-            limit=str_or_none(data.get("limit")),
-            module=info.module,
-        )
-    except WorkerDied as exc:
-        return error_result(
-            ErrorKind.CRASHED,
-            f"the worker running {info.name!r} {describe_exit(exc.returncode)}"
-            + (f"; last stderr: {last_line(exc.stderr_tail)}" if exc.stderr_tail.strip() else ""),
-            exit_code=exc.exit_code,
-            signal=exc.signal_name,
-            stderr_tail=exc.stderr_tail or None,
-            module=info.module,
-        )
-    except RemoteProtocolError as exc:
-        tail = worker.stderr_tail.text() or None
-        return error_result(ErrorKind.PROTOCOL_ERROR, str(exc), stderr_tail=tail, module=info.module)
-    return ToolResult(content=result.content, details=result.details)
-
-
-def limits(result: ToolResult, worker: PoolWorker, policy: SandboxPolicy) -> ToolResult:
-    """Name the sandbox limit behind a failure, when one was hit."""
-    if result.kind not in ("crashed", "tool_error"):
-        return result
-    err = result.error
-    assert err is not None
-    limit, why = None, ""
-    if worker.output_exceeded:
-        limit, why = "output", f"the worker wrote more than {policy.output_mb} MiB to stdout and stderr"
-    elif worker.boundary.oom_kills():
-        limit, why = "memory", f"the tool's processes went over the {policy.memory_mb} MiB memory limit (OOM kill)"
-    elif err.signal == "SIGXCPU" or (err.signal == "SIGKILL" and _near_cpu_limit(worker, policy)):
-        limit, why = "cpu", f"the worker used its {policy.cpu_seconds} s of CPU time"
-    elif worker.boundary.pids_limit_hits():
-        limit, why = "processes", f"the tool tried to run more than {policy.max_procs} processes"
-    if limit is None:
-        return result
-    return error_result(
-        ErrorKind.LIMIT_EXCEEDED,
-        f"{limit} limit exceeded: {why}; raise it in the sandbox policy if the tool needs more",
-        limit=limit,
-        exit_code=err.exit_code,
-        signal=err.signal,
-        stderr_tail=err.stderr_tail,
-        traceback=err.traceback,
-        module=err.module,
-    )
+    async def _wait_answer(self, call: Call, pending: InFlight[p.CallResult], deadline: float) -> bool:
+        """A warm call's wait: True once answered (or its worker ended); False if timed out or cancelled."""
+        assert self._deadlines is not None
+        wake = call.wake = trio.Event()
+        pending.watch(wake)
+        try:
+            if self._deadlines.watch(call, deadline, wake) and call.reason is None:
+                await wake.wait()
+        finally:
+            call.wake = None
+            self._deadlines.unwatch(call)
+        if pending.done:
+            return True
+        if call.reason is not None or trio.current_time() >= deadline:
+            return False
+        # Woken because the keeper ended (rule 1 of runner._deadlines): a scope of its own.
+        with trio.CancelScope(deadline=deadline) as scope:
+            call.scope = scope  # no checkpoint since the check above: a cancel from now on reaches it
+            await pending.wait()
+        return not scope.cancelled_caught
 
 
-def _near_cpu_limit(worker: PoolWorker, policy: SandboxPolicy) -> bool:
-    # SIGKILL at the hard limit (soft + 5 s), for a tool that ignored SIGXCPU.
-    return policy.cpu_seconds is not None and worker.cpu_seconds() >= policy.cpu_seconds
+class _Held:
+    """What a call holds, released in its ``finally``: an exclusive tool's lock, a limiter token, a worker."""
+
+    __slots__ = ("lock", "token", "slot")
+
+    def __init__(self) -> None:
+        self.lock = False
+        self.token = False
+        self.slot: Slot | None = None
 
 
-def str_or_none(value: object) -> str | None:
-    return value if isinstance(value, str) else None
+def _failed(exc: WorkerDied | RemoteProtocolError) -> InFlight[p.CallResult]:
+    # It died (or broke the protocol) between being taken and being sent the
+    # call: reported like a death during the call.
+    pending: InFlight[p.CallResult] = InFlight()
+    pending.set_error(exc)
+    return pending

@@ -42,6 +42,7 @@ from ._config import (
 )
 from ._config import DEFAULT_LOAD_TIMEOUT as DEFAULT_LOAD_TIMEOUT
 from ._config import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT
+from ._deadlines import DeadlineKeeper
 from ._errors import ConfigError
 from ._factory import ProcessFactory
 from ._housekeeping import Housekeeping
@@ -125,7 +126,8 @@ class Runner:
         self._calls = Calls(
             self._pool, self._registry, table=table, max_workers=config.worker_limit, probe=probe,
             checked={config.sandbox: list(unenforced)}, deliver_cancel=CancelLadder(config.grace),
-            before_call=self._bridge.sync_ui,
+            before_call=self._bridge.sync_ui, ready=self._bridge.ui_synced,
+            deadlines=DeadlineKeeper(self._housekeeping),
         )  # fmt: skip
 
     # --- configuration ---------------------------------------------------------------

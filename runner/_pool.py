@@ -197,6 +197,20 @@ class WorkerPool:
             await self.retire(slot)
         return None
 
+    def peek_idle(self, module: str, policy: SandboxPolicy) -> Slot | None:
+        """The live idle worker :meth:`take_idle` would take now, left where it is; None if there is none."""
+        idle = self._idle.get((module, policy))
+        if idle and idle[-1].worker.alive:
+            return idle[-1]
+        return None
+
+    def take(self, slot: Slot) -> None:
+        """Take the slot :meth:`peek_idle` returned, in the same synchronous step (rule 2): now busy."""
+        idle = self._idle[(slot.module, slot.policy)]
+        assert idle[-1] is slot
+        idle.pop()
+        slot.state = SlotState.BUSY
+
     async def start_loaded(
         self, module: str, policy: SandboxPolicy, load: Callable[[PoolWorker], Awaitable[R]]
     ) -> tuple[Slot, R]:

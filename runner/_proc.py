@@ -37,7 +37,7 @@ from ._boundary import Boundary
 from ._errors import RemoteError, RemoteProtocolError, RemoteRequestRefused, WorkerDied, WorkerStartupError
 from ._faults import fault_point
 from ._output import READ_CHUNK, OutputTail
-from ._process import SupervisedProcess
+from ._process import SupervisedProcess, write_some
 from ._teardown import TeardownStats
 from ._worker_api import InFlight, PoolWorker, UpdateHandler
 
@@ -78,7 +78,9 @@ class WorkerProcess:
         self.on_request: RequestHandler | None = None
         self.on_notification: NotificationHandler | None = None
         self._conn = p.Connection(p.Role.HOST, p.WORKER_PROTOCOL, max_frame_bytes=max_frame_bytes)
-        self._send_lock = trio.Lock()
+        # A semaphore, not a Lock: a frame the pipe could not take at once is
+        # finished by a supervisor task, which releases what the sender took.
+        self._send_lock = trio.Semaphore(1, max_value=1)
         # Who waits for which of our requests (the ids and their lifecycle are the connection's).
         self._waiting: dict[int, InFlight[Any]] = {}
         self._unsent = itertools.count(1)  # negative keys in _waiting: requests made while it was ending
@@ -181,10 +183,6 @@ class WorkerProcess:
     @property
     def boundary(self) -> Boundary:
         return self.process.boundary
-
-    @property
-    def stdout_tail(self) -> OutputTail:
-        return self.process.output.stdout
 
     @property
     def stderr_tail(self) -> OutputTail:
@@ -314,7 +312,7 @@ class WorkerProcess:
         out = self.process.protocol_out
         assert out is not None
         lock = self._send_lock
-        if lock.locked():  # someone is mid-frame: queue behind them
+        if lock.value == 0:  # someone is mid-frame: queue behind them
             async with lock:
                 await out.send_all(frame())
             return
@@ -325,11 +323,21 @@ class WorkerProcess:
         try:
             data = frame()
             if data:
-                sent = _write_some(out, data)
+                sent = write_some(out, data)
                 if sent < len(data):
                     await out.send_all(memoryview(data)[sent:])
         finally:
             lock.release()
+
+    async def _write_rest(self, rest: memoryview) -> None:
+        """The end of a frame the pipe could not take at once; the sender's lock is released here."""
+        out = self.process.protocol_out
+        assert out is not None
+        try:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await out.send_all(rest)
+        finally:
+            self._send_lock.release()
 
     async def _write_quietly(self, frame: Callable[[], bytes]) -> None:
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
@@ -359,18 +367,7 @@ class WorkerProcess:
 
         def frame() -> bytes:
             nonlocal inflight
-            if self._ending():
-                # Not sent: it fails with the requests still waiting once the
-                # worker's end is recorded, with its real exit status (rule 3).
-                inflight = InFlight(-next(self._unsent), call_id=call_id, on_abandon=self._abandon)
-                self._waiting[inflight.req_id] = inflight
-                return b""
-            # Raises LocalProtocolError (too big, out of state) before anything is registered.
-            req_id, data = self._conn.send_request(method, params)
-            inflight = InFlight(req_id, call_id=call_id, on_abandon=self._abandon)
-            self._waiting[req_id] = inflight
-            if call_id is not None and on_update is not None:
-                self._updates[call_id] = on_update
+            inflight, data = self._register(method, params, call_id, on_update)
             return data
 
         try:
@@ -383,6 +380,24 @@ class WorkerProcess:
             raise
         assert inflight is not None
         return inflight
+
+    def _register(
+        self, method: p.Method[Any, Any], params: Any, call_id: str | None, on_update: UpdateHandler | None
+    ) -> tuple[InFlight[Any], bytes]:
+        """A request's handle and its frame (empty: not to be sent); under the send lock."""
+        if self._ending():
+            # Not sent: it fails with the requests still waiting once the
+            # worker's end is recorded, with its real exit status (rule 3).
+            inflight: InFlight[Any] = InFlight(-next(self._unsent), call_id=call_id, on_abandon=self._abandon)
+            self._waiting[inflight.req_id] = inflight
+            return inflight, b""
+        # Raises LocalProtocolError (too big, out of state) before anything is registered.
+        req_id, data = self._conn.send_request(method, params)
+        inflight = InFlight(req_id, call_id=call_id, on_abandon=self._abandon)
+        self._waiting[req_id] = inflight
+        if call_id is not None and on_update is not None:
+            self._updates[call_id] = on_update
+        return inflight, data
 
     def _abandon(self, inflight: InFlight[Any]) -> None:
         if self._waiting.pop(inflight.req_id, None) is not None:
@@ -402,18 +417,37 @@ class WorkerProcess:
         WorkerDied or RemoteProtocolError if the worker can no longer be asked,
         LocalProtocolError if the request cannot be sent (too big, out of state).
         """
-        call_id = getattr(params, "call_id", None) if on_update is not None else None
-        if on_update is not None and not isinstance(call_id, str):
-            raise TypeError(f"on_update needs params with a call_id, not {type(params).__name__}")
-        return await self._start(method, params, call_id=call_id, on_update=on_update)
+        return await self._start(method, params, call_id=_call_id(params, on_update), on_update=on_update)
+
+    def start_call_nowait(
+        self, method: p.Method[P, R], params: P, *, on_update: UpdateHandler | None = None
+    ) -> InFlight[R]:
+        """:meth:`start_call` without a checkpoint; trio.WouldBlock (nothing sent) while another frame is written.
+
+        A frame the pipe cannot take at once is finished by a supervisor task
+        that holds the send lock until then, so nothing gets in between.
+        """
+        call_id = _call_id(params, on_update)
+        out = self.process.protocol_out
+        assert out is not None
+        lock = self._send_lock
+        lock.acquire_nowait()
+        try:
+            inflight, data = self._register(method, params, call_id, on_update)
+            sent = len(data)
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                sent = write_some(out, data) if data else 0
+        except BaseException:
+            lock.release()
+            raise
+        if sent < len(data) and self.process.start_soon(self._write_rest, memoryview(data)[sent:]):
+            return inflight  # _write_rest releases the lock
+        # Sent whole, or the worker is gone or going (its end fails the request).
+        lock.release()
+        return inflight
 
     async def call(self, method: p.Method[P, R], params: P) -> R:
-        """Send a request and wait for its typed result.
-
-        Raises:
-            RemoteError: the worker answered with an error object.
-            WorkerDied: the worker exited before answering.
-            RemoteProtocolError: the worker broke the protocol.
+        """Send a request and wait for its typed result (raises what :meth:`InFlight.outcome` raises).
 
         Cancellation: the request is abandoned; the worker may still be working
         on it, so the caller must stop the worker.
@@ -431,17 +465,11 @@ class WorkerProcess:
         await self._write_quietly(frame)
 
 
-def _write_some(out: trio.lowlevel.FdStream, data: bytes) -> int:
-    """What a non-blocking write takes of ``data`` now, with the errors ``send_all`` would raise."""
-    fd = out.fileno()
-    if fd < 0:
-        raise trio.ClosedResourceError("the worker's protocol pipe is closed")
-    try:
-        return os.write(fd, data)
-    except BlockingIOError:
-        return 0
-    except OSError as exc:  # EPIPE: the worker closed its end
-        raise trio.BrokenResourceError(f"the worker's protocol pipe is broken: {exc}") from exc
+def _call_id(params: object, on_update: UpdateHandler | None) -> str | None:
+    call_id = getattr(params, "call_id", None) if on_update is not None else None
+    if on_update is not None and not isinstance(call_id, str):
+        raise TypeError(f"on_update needs params with a call_id, not {type(params).__name__}")
+    return call_id
 
 
 async def _outcome(inflight: InFlight[R]) -> R:

@@ -470,3 +470,16 @@ class SupervisedProcess:
 
     async def wait_exited(self) -> None:
         await self._exited.wait()
+
+
+def write_some(stream: trio.lowlevel.FdStream | None, data: bytes) -> int:
+    """What a non-blocking pipe takes of ``data`` now, without waiting, with the errors ``send_all`` raises."""
+    fd = stream.fileno() if stream is not None else -1
+    if fd < 0:
+        raise trio.ClosedResourceError("the worker's protocol pipe is closed")
+    try:
+        return os.write(fd, data)
+    except BlockingIOError:
+        return 0
+    except OSError as exc:  # EPIPE: the worker closed its end
+        raise trio.BrokenResourceError(f"the worker's protocol pipe is broken: {exc}") from exc

@@ -32,7 +32,7 @@ class InFlight(Generic[R]):
     ``finally``); that is a no-op once it is resolved.
     """
 
-    __slots__ = ("req_id", "call_id", "event", "result", "error", "_on_abandon")
+    __slots__ = ("req_id", "call_id", "event", "result", "error", "_on_abandon", "_watcher")
 
     def __init__(
         self,
@@ -47,6 +47,7 @@ class InFlight(Generic[R]):
         self.result: R | None = None
         self.error: BaseException | None = None
         self._on_abandon = on_abandon
+        self._watcher: trio.Event | None = None
 
     def __repr__(self) -> str:
         state = "pending" if not self.done else ("failed" if self.error is not None else "answered")
@@ -60,15 +61,27 @@ class InFlight(Generic[R]):
         """Until the request is answered or will never be."""
         await self.event.wait()
 
+    def watch(self, event: trio.Event) -> None:
+        """Set ``event`` too once this is resolved (now, if it is already): one wake-up for several causes."""
+        if self.done:
+            event.set()
+        else:
+            self._watcher = event
+
     def set_result(self, result: R) -> None:
         if not self.done:
             self.result = result
-            self.event.set()
+            self._resolved()
 
     def set_error(self, error: BaseException) -> None:
         if not self.done:
             self.error = error
-            self.event.set()
+            self._resolved()
+
+    def _resolved(self) -> None:
+        self.event.set()
+        if self._watcher is not None:
+            self._watcher.set()
 
     def outcome(self) -> R:
         """The result, or raise what ended the request (only once :attr:`done`).
@@ -167,6 +180,12 @@ class PoolWorker(Protocol):
     ) -> InFlight[R]:
         """Send a request and return its handle at once; ``on_update`` gets the ``update`` notifications
         whose ``call_id`` is ``params.call_id``. Pair it with ``InFlight.abandon()``."""
+        ...
+
+    def start_call_nowait(
+        self, method: Method[P, R], params: P, *, on_update: UpdateHandler | None = None
+    ) -> InFlight[R]:
+        """:meth:`start_call` without waiting; raises trio.WouldBlock (nothing sent) if it would have to."""
         ...
 
     async def notify(self, notice: Notice[P], params: P) -> None:

@@ -21,6 +21,7 @@ import trio
 
 from runner._calls import Calls, CallTable, CancelLadder
 from runner._config import RunnerConfig
+from runner._deadlines import DeadlineKeeper
 from runner._discovery import Candidate, ToolSource
 from runner._errors import RemoteError, WorkerDied
 from runner._housekeeping import Housekeeping
@@ -106,6 +107,11 @@ class FakeWorker:
         if not self.alive:
             raise WorkerDied(self.returncode or -9, "")
         await trio.lowlevel.checkpoint()
+        return self.start_call_nowait(method, params, on_update=on_update)
+
+    def start_call_nowait(self, method: p.Method[Any, Any], params: Any, *, on_update: Any = None) -> InFlight[Any]:
+        if not self.alive:
+            raise WorkerDied(self.returncode or -9, "")
         pending: InFlight[Any] = InFlight(next(self._ids), on_abandon=self._forget)
         if method is p.LOAD:
             described = [p.ToolDescription(n, n, "", {}, "struct") for n in self.tools]
@@ -205,6 +211,7 @@ class Assembly:
     registry: ToolRegistry
     calls: Calls
     housekeeping: Housekeeping
+    deadlines: DeadlineKeeper
 
     def info(self, name: str = "echo", **fields: Any) -> ToolInfo:
         info = ToolInfo(name, name, "", {}, MODULE, SOURCE, params_kind="struct", **fields)
@@ -236,14 +243,15 @@ async def assemble(
         config = RunnerConfig(cwd="/fake", sandbox=POLICY, cache=False)
         registry = ToolRegistry(config, pool, None, [])
         registry.candidates[MODULE] = Candidate(MODULE, MODULE, SOURCE)
+        deadlines = DeadlineKeeper(housekeeping)
         calls = Calls(
             pool, registry, table=CallTable(), max_workers=max_workers, probe=None,  # type: ignore[arg-type]
-            checked={POLICY: []}, deliver_cancel=CancelLadder(grace),
+            checked={POLICY: []}, deliver_cancel=CancelLadder(grace), deadlines=deadlines,
         )  # fmt: skip
         if spares:
             pool.want_spares(POLICY)
         try:
-            yield Assembly(factory, pool, registry, calls, housekeeping)
+            yield Assembly(factory, pool, registry, calls, housekeeping, deadlines)
         finally:
             pool.closed = True
             with trio.CancelScope(shield=True):

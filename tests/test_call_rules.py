@@ -11,19 +11,33 @@ import pytest
 import trio
 import trio.testing
 
-from ._fakes import FakeFactory, Mode, assemble
+from ._fakes import Assembly, FakeFactory, FakeWorker, Mode, assemble
 
 GRACE = 2.0
 
 
+async def warm_up(a: Assembly, mode: Mode) -> FakeWorker:
+    """One answered call, so that the next finds an idle worker (the warm path); it then answers as ``mode`` says."""
+    assert (await a.call()).kind is None
+    worker = a.factory.started[0]
+    worker.mode = mode
+    return worker
+
+
+WARM = pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+
+
+@WARM
 @pytest.mark.parametrize(
     ("mode", "rung", "elapsed"),
     [("cancel", "cooperative", 5.0), ("sigterm", "cooperative", 5.0), ("ignore", "killed", 5.0 + GRACE)],
 )
 async def test_each_rung_of_the_ladder_ends_a_timed_out_call(
-    autojump_clock: trio.testing.MockClock, mode: Mode, rung: str, elapsed: float
+    autojump_clock: trio.testing.MockClock, mode: Mode, rung: str, elapsed: float, warm: bool
 ) -> None:
-    async with assemble(FakeFactory(mode=mode, start_seconds=0), grace=GRACE) as a:
+    async with assemble(FakeFactory(mode="answer" if warm else mode, start_seconds=0), grace=GRACE) as a:
+        if warm:
+            await warm_up(a, mode)
         start = trio.current_time()
         result = await a.call(timeout=5.0)
         assert trio.current_time() - start == pytest.approx(elapsed)
@@ -31,14 +45,18 @@ async def test_each_rung_of_the_ladder_ends_a_timed_out_call(
         assert result.error.rung == rung
         assert "timed out after 5 s" in result.text
         worker = a.factory.started[0]
+        assert len(a.factory.started) == 1
         # `$/cancel` first, then SIGTERM; then, for a tool that ignored both, the kill.
         assert worker.events == ["$/cancel", "SIGTERM", "kill"]
         assert not worker.alive  # a worker that went through the ladder is never reused
         assert a.pool.slots() == []
 
 
-async def test_a_cancelled_call_says_why(autojump_clock: trio.testing.MockClock) -> None:
-    async with assemble(FakeFactory(mode="sigterm"), grace=GRACE) as a:
+@WARM
+async def test_a_cancelled_call_says_why(autojump_clock: trio.testing.MockClock, warm: bool) -> None:
+    async with assemble(FakeFactory(mode="answer" if warm else "sigterm"), grace=GRACE) as a:
+        if warm:
+            await warm_up(a, "sigterm")
         async with trio.open_nursery() as nursery:
             results = []
 
@@ -47,6 +65,8 @@ async def test_a_cancelled_call_says_why(autojump_clock: trio.testing.MockClock)
 
             nursery.start_soon(call)
             await trio.sleep(1)
+            # A warm call waits on the deadline keeper, not on a scope of its own.
+            assert len(a.deadlines) == (1 if warm else 0)
             assert a.calls.table.cancel("c1", "user pressed stop")
             assert not a.calls.table.cancel("nope")
         assert results[0].kind == "cancelled"
@@ -54,14 +74,72 @@ async def test_a_cancelled_call_says_why(autojump_clock: trio.testing.MockClock)
         assert results[0].error.rung == "cooperative"
 
 
-async def test_the_callers_cancellation_still_runs_the_ladder(autojump_clock: trio.testing.MockClock) -> None:
-    async with assemble(FakeFactory(mode="ignore"), grace=GRACE) as a:
+@WARM
+async def test_the_callers_cancellation_still_runs_the_ladder(
+    autojump_clock: trio.testing.MockClock, warm: bool
+) -> None:
+    async with assemble(FakeFactory(mode="answer" if warm else "ignore"), grace=GRACE) as a:
+        if warm:
+            await warm_up(a, "ignore")
+        start = trio.current_time()
         with trio.move_on_after(3):
             await a.call()
         worker = a.factory.started[0]
         assert worker.events == ["$/cancel", "SIGTERM", "kill"]
-        assert trio.current_time() == pytest.approx(3 + GRACE)  # shielded: the ladder ran to its end
+        assert trio.current_time() - start == pytest.approx(3 + GRACE)  # shielded: the ladder ran to its end
         assert a.pool.counts()["busy"] == 0 and len(a.calls.table) == 0
+        assert len(a.deadlines) == 0  # nothing left watched
+
+
+async def test_the_keeper_wakes_each_warm_call_at_its_own_deadline(autojump_clock: trio.testing.MockClock) -> None:
+    async with assemble(FakeFactory(start_seconds=0), grace=GRACE) as a:
+        async with trio.open_nursery() as nursery:  # three idle workers
+            for _ in range(3):
+                nursery.start_soon(a.call)
+        assert len(a.factory.started) == 3
+        for worker in a.factory.started:
+            worker.mode = "cancel"
+        start = trio.current_time()
+        ended: dict[float, float] = {}
+
+        async def call(timeout: float) -> None:
+            assert (await a.call(timeout=timeout)).kind == "timeout"
+            ended[timeout] = trio.current_time() - start
+
+        async with trio.open_nursery() as nursery:
+            # Out of order: the keeper's scope must come earlier for the second.
+            for timeout in (5.0, 3.0, 8.0):
+                nursery.start_soon(call, timeout)
+        assert ended == pytest.approx({3.0: 3.0, 5.0: 5.0, 8.0: 8.0})
+        assert len(a.deadlines) == 0
+
+
+async def test_a_warm_call_without_its_keeper_keeps_its_deadline(autojump_clock: trio.testing.MockClock) -> None:
+    async with assemble(FakeFactory(start_seconds=0), grace=GRACE) as a:
+        await warm_up(a, "cancel")
+        # The runner's background work is gone (its nursery is being cancelled):
+        # a call that finds its worker idle still ends at its deadline.
+        assert await a.housekeeping.stop(1.0)
+        start = trio.current_time()
+        result = await a.call(timeout=4.0)
+        assert result.kind == "timeout" and trio.current_time() - start == pytest.approx(4.0)
+
+
+async def test_a_keeper_that_ends_hands_its_calls_their_own_deadlines(autojump_clock: trio.testing.MockClock) -> None:
+    async with assemble(FakeFactory(start_seconds=0), grace=GRACE) as a:
+        await warm_up(a, "cancel")
+        start = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            results = []
+
+            async def call() -> None:
+                results.append(await a.call(timeout=6.0))
+
+            nursery.start_soon(call)
+            await trio.sleep(1)
+            assert len(a.deadlines) == 1
+            assert await a.housekeeping.stop(1.0)  # the keeper ends while the call waits on it
+        assert results[0].kind == "timeout" and trio.current_time() - start == pytest.approx(6.0)
 
 
 async def test_an_abort_cancels_every_call_of_its_operation(autojump_clock: trio.testing.MockClock) -> None:

@@ -1,0 +1,155 @@
+"""What a call's end means: the worker's answer (or its end, or the ladder) as a :class:`ToolResult`.
+
+Rule 3 of ``runner._calls`` lives here: the error kind comes from the JSON-RPC
+error code, never from the worker's free-form ``error.data``; a worker cannot
+claim that its call "timed out" or "crashed", those kinds are the host's own
+observations.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable
+from typing import Any, Final
+
+from worker import _protocol as p
+
+from ._errors import RemoteProtocolError, WorkerDied, describe_exit
+from ._proc import RemoteError
+from ._registry import LoadFailed, ToolInfo, last_line
+from ._results import ErrorKind, ToolResult, error_result
+from ._sandbox import SandboxPolicy
+from ._worker_api import InFlight, PoolWorker
+
+log: Final = logging.getLogger("xcsh_run")
+UpdateCallback = Callable[[dict[str, Any]], object]
+
+
+class Rung(enum.StrEnum):
+    """Which step of the ladder ended a call."""
+
+    COOPERATIVE = "cooperative"  # it answered or exited within the grace period
+    KILLED = "killed"  # its tree was killed after the grace period
+
+
+def deliverer(on_update: UpdateCallback | None) -> Callable[[p.CallResult], None]:
+    def deliver(partial: p.CallResult) -> None:
+        if on_update is None:
+            return
+        try:
+            on_update({"content": partial.content, "details": partial.details})
+        except Exception as exc:  # the caller's callback must not take the host down
+            log.warning("on_update callback raised %r; update dropped", exc)
+
+    return deliver
+
+
+def not_started(info: ToolInfo, exc: LoadFailed) -> ToolResult:
+    if exc.startup:
+        message = f"could not run {info.name!r}: {exc}"
+        return error_result(ErrorKind.CRASHED, message, stderr_tail=exc.stderr_tail, module=info.module)
+    return error_result(ErrorKind.LOAD_ERROR, str(exc), stderr_tail=exc.stderr_tail, module=info.module)
+
+
+def not_sent(info: ToolInfo, exc: p.LocalProtocolError) -> ToolResult:
+    if isinstance(exc, p.FrameTooLarge):
+        message = (
+            f"the call to {info.name!r} does not fit in one protocol message ({exc}); pass less data, "
+            "or open the runner with a larger max_frame_bytes"
+        )
+        return error_result(ErrorKind.INVALID_ARGUMENTS, message, path="$", module=info.module)
+    # Not JSON: a ctx (set_context, or the call's own) holding values JSON cannot carry.
+    message = (
+        f"the call to {info.name!r} could not be sent: {exc}; ctx values must be JSON (str, numbers, lists, dicts)"
+    )
+    return error_result(ErrorKind.INVALID_ARGUMENTS, message, module=info.module)
+
+
+def stopped(
+    info: ToolInfo, kind: ErrorKind, reason: str | None, timeout: float, rung: Rung, worker: PoolWorker
+) -> ToolResult:
+    if kind is ErrorKind.TIMEOUT:
+        message = f"{info.name!r} timed out after {timeout:g} s"
+    else:
+        message = f"{info.name!r} was cancelled ({reason})"
+    how = "stopped within the grace period" if rung is Rung.COOPERATIVE else "was killed after the grace period"
+    return error_result(
+        kind,
+        f"{message}; the tool {how}",
+        rung=rung.value,
+        stderr_tail=worker.stderr_tail.text() or None,
+        module=info.module,
+    )
+
+
+def interpret(info: ToolInfo, worker: PoolWorker, pending: InFlight[p.CallResult]) -> ToolResult:
+    """The worker's answer (or its end) as a result."""
+    try:
+        result = pending.outcome()
+    except RemoteError as exc:
+        data = exc.data
+        kind = ErrorKind(p.kind_of(exc.error.code))  # rule 3
+        message = exc.error.message
+        if kind is ErrorKind.PROTOCOL_ERROR:
+            message = f"the worker answered with an unexpected error ({exc.error.code}): {message}"
+        return error_result(
+            kind,
+            message,
+            traceback=str_or_none(data.get("traceback")),
+            path=str_or_none(data.get("path")),
+            limit=str_or_none(data.get("limit")),
+            module=info.module,
+        )
+    except WorkerDied as exc:
+        return error_result(
+            ErrorKind.CRASHED,
+            f"the worker running {info.name!r} {describe_exit(exc.returncode)}"
+            + (f"; last stderr: {last_line(exc.stderr_tail)}" if exc.stderr_tail.strip() else ""),
+            exit_code=exc.exit_code,
+            signal=exc.signal_name,
+            stderr_tail=exc.stderr_tail or None,
+            module=info.module,
+        )
+    except RemoteProtocolError as exc:
+        tail = worker.stderr_tail.text() or None
+        return error_result(ErrorKind.PROTOCOL_ERROR, str(exc), stderr_tail=tail, module=info.module)
+    return ToolResult(content=result.content, details=result.details)
+
+
+def limits(result: ToolResult, worker: PoolWorker, policy: SandboxPolicy) -> ToolResult:
+    """Name the sandbox limit behind a failure, when one was hit."""
+    if result.kind not in ("crashed", "tool_error"):
+        return result
+    err = result.error
+    assert err is not None
+    limit, why = None, ""
+    if worker.output_exceeded:
+        limit, why = "output", f"the worker wrote more than {policy.output_mb} MiB to stdout and stderr"
+    elif worker.boundary.oom_kills():
+        limit, why = "memory", f"the tool's processes went over the {policy.memory_mb} MiB memory limit (OOM kill)"
+    elif err.signal == "SIGXCPU" or (err.signal == "SIGKILL" and _near_cpu_limit(worker, policy)):
+        limit, why = "cpu", f"the worker used its {policy.cpu_seconds} s of CPU time"
+    elif worker.boundary.pids_limit_hits():
+        limit, why = "processes", f"the tool tried to run more than {policy.max_procs} processes"
+    if limit is None:
+        return result
+    return error_result(
+        ErrorKind.LIMIT_EXCEEDED,
+        f"{limit} limit exceeded: {why}; raise it in the sandbox policy if the tool needs more",
+        limit=limit,
+        exit_code=err.exit_code,
+        signal=err.signal,
+        stderr_tail=err.stderr_tail,
+        traceback=err.traceback,
+        module=err.module,
+    )
+
+
+def _near_cpu_limit(worker: PoolWorker, policy: SandboxPolicy) -> bool:
+    # SIGKILL at the hard limit (soft + 5 s), for a tool that ignored SIGXCPU.
+    return policy.cpu_seconds is not None and worker.cpu_seconds() >= policy.cpu_seconds
+
+
+def str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
