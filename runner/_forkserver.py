@@ -163,7 +163,7 @@ class ForkServer:
             reply = self._decoder.decode(self._sock.recv(4096, socket.MSG_DONTWAIT))
             if reply[:1] != ["ready"]:
                 raise ForkServerError(f"the zygote said {reply!r}")
-        except (trio.TooSlowError, OSError, ForkServerError, msgspec.DecodeError) as exc:
+        except (trio.TooSlowError, trio.ClosedResourceError, OSError, ForkServerError, msgspec.DecodeError) as exc:
             self.retire(f"it did not start: {exc!r}")
             return
         self._ready = True
