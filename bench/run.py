@@ -282,6 +282,9 @@ def first_call(drivers: dict[str, Driver], args: argparse.Namespace) -> Section:
         ("xcsh", True): section.add(Row(XCSH + ": first call_tool, new runner, default settings", unit="ms")),
         ("xcsh-none", True): section.add(Row(XCSH_NONE + ": first call_tool, new runner, default settings", unit="ms")),
         ("xcsh", False): section.add(Row(XCSH + ": first call_tool, new runner, spare_workers=0", unit="ms")),
+        ("xcsh", "forkserver"): section.add(
+            Row(XCSH + ": first call, never-used worker (spare_workers=0, forkserver)", unit="ms")
+        ),
     }
     per_round = max(1, args.spawn_reps // 2)
     for _ in range(2):
@@ -295,7 +298,10 @@ def first_call(drivers: dict[str, Driver], args: argparse.Namespace) -> Section:
             if row.error is not None:
                 continue
             try:
-                got = drivers[peer].call("first_call", reps=per_round, spares=spares)
+                if spares == "forkserver":
+                    got = drivers[peer].call("first_call", reps=per_round, spares=False, forkserver=True)
+                else:
+                    got = drivers[peer].call("first_call", reps=per_round, spares=spares)
             except PeerFailed as exc:
                 row.error = str(exc)[:300]
                 continue
@@ -303,7 +309,13 @@ def first_call(drivers: dict[str, Driver], args: argparse.Namespace) -> Section:
             if got["cache_misses"]:
                 row.note = f"{got['cache_misses']} cache misses (module loaded at open)"
     for (_, spares), row in xcsh.items():
-        what = "a spare worker, once ready (<= 1 s)" if spares else "spawn + load + call"
+        what = (
+            "fork + load + call, the zygote ready"
+            if spares == "forkserver"
+            else "a spare worker, once ready (<= 1 s)"
+            if spares
+            else "spawn + load + call"
+        )
         row.note = (row.note + "; " if row.note else "") + f"call_tool -> result: {what}"
     return section
 
@@ -436,6 +448,8 @@ def targets(sections: dict[str, Section], grace: float | None, memory_calls: int
     for how in ("default settings", "spare_workers=0"):
         first = row("d", f"{XCSH}: first call_tool, new runner, {how}")
         out.append(Target(f"first call, never-used worker ({how}): xcsh-run / Popen", ratio(first, popen), 0.25))
+    forked = row("d", f"{XCSH}: first call, never-used worker (spare_workers=0, forkserver)")
+    out.append(Target("first call, never-used worker (forkserver): xcsh-run / Popen", ratio(forked, popen), 0.25))
     busy = row("e", XCSH + ": busy Python loop")
     out.append(Target("cancel -> result, busy loop (contained)", busy.median if busy else None, 20, "ms"))
     ignoring = row("e", XCSH + ": busy loop ignoring SIGTERM")

@@ -8,15 +8,17 @@ workdirs whose removal ran out of time.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Final
 
 import trio
 
+from . import _forkserver as forkserver
 from ._boundary import Boundary, CgroupRoot
 from ._errors import WorkerStartupError
 from ._faults import fault_point
+from ._forkserver import ForkServer
 from ._proc import NotificationHandler, RequestHandler, TeardownStats, WorkerProcess
 from ._sandbox import MiB, Probe, SandboxPolicy, build_env, worker_config
 from ._workdir import make_workdir, remove_workdir
@@ -37,6 +39,7 @@ class ProcessFactory:
         cgroups: CgroupRoot | None,
         max_frame_bytes: int,
         teardown: TeardownStats,
+        forkserver_policies: Iterable[SandboxPolicy] | None = None,
     ) -> None:
         self._nursery = nursery
         self._cwd = cwd
@@ -47,6 +50,27 @@ class ProcessFactory:
         self.teardown = teardown
         self.on_request: RequestHandler | None = None
         self.on_notification: NotificationHandler | None = None
+        # A zygote per policy (runner._forkserver, rule 1), when asked for and
+        # where it can report exit statuses exactly; None: Popen only.
+        usable = forkserver_policies is not None and cgroups is not None and forkserver.supported()
+        self._forkservers: dict[SandboxPolicy, ForkServer] | None = {} if usable else None
+        for policy in forkserver_policies or () if usable else ():
+            server = self._forkserver(policy)  # started now: they import while the runner opens
+            if server is not None:
+                nursery.start_soon(server.ready)  # and attach the zygote to its cgroup before the first fork
+
+    def _forkserver(self, policy: SandboxPolicy) -> ForkServer | None:
+        if self._forkservers is None or self._cgroups is None:
+            return None
+        server = self._forkservers.get(policy)
+        if server is None or server.dead:
+            try:
+                server = self._forkservers[policy] = ForkServer(self._env, self._cgroups.new_boundary())
+                server.start()
+            except OSError as exc:
+                log.warning("could not start a fork server (%s); workers start with Popen", exc)
+                return None
+        return None if server.dead else server
 
     @property
     def reliable_boundary(self) -> bool:
@@ -70,6 +94,10 @@ class ProcessFactory:
         failure (no disk for the workdir, no cgroup), or ConfigError for a bad policy.
         """
         module = module if module is not None else self._cwd
+        # Before anything is made for the worker: this waits (bounded) for a zygote still importing.
+        server = self._forkserver(policy)
+        if server is not None and not await server.ready():
+            server = None
         workdir: Path | None = None
         try:
             if policy.level != "none":
@@ -100,10 +128,13 @@ class ProcessFactory:
             on_request=self.on_request,
             on_notification=self.on_notification,
             teardown=self.teardown,
+            forkserver=server,
         )
 
     async def aclose(self) -> None:
-        """Remove the cgroup root, and retry the workdirs whose removal ran out of time. Shield it."""
+        """Stop the fork servers, remove the cgroup root, retry the workdirs left over. Shield it."""
+        for server in (self._forkservers or {}).values():
+            await server.aclose()
         if self._cgroups is not None:
             await trio.to_thread.run_sync(self._cgroups.remove)
         # One more bounded try: no later host would sweep a live pid's workdirs.

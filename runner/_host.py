@@ -32,14 +32,15 @@ from ._bridge import HostBridge, UIContext, log
 from ._cache import ModuleCache, default_dir
 from ._calls import Calls, CallTable, CancelLadder
 from ._calls import UpdateCallback as UpdateCallback
-from ._config import DEFAULT_GRACE as DEFAULT_GRACE
 from ._config import (
+    DEFAULT_FORKSERVER,
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_CALLS_PER_WORKER,
     DEFAULT_MAX_WORKER_RSS_MB,
     DEFAULT_SPARE_WORKERS,
     RunnerConfig,
 )
+from ._config import DEFAULT_GRACE as DEFAULT_GRACE
 from ._config import DEFAULT_LOAD_TIMEOUT as DEFAULT_LOAD_TIMEOUT
 from ._config import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT
 from ._deadlines import DeadlineKeeper
@@ -107,6 +108,7 @@ class Runner:
         process_factory = ProcessFactory(
             nursery, cwd=config.cwd, env=os.environ if config.env is None else config.env, probe=probe,
             cgroups=cgroups, max_frame_bytes=config.max_frame_bytes, teardown=self._teardown,
+            forkserver_policies=(config.sandbox, *config.tool_policies.values()) if config.forkserver else None,
         )  # fmt: skip
         self._factory: WorkerFactory = factory or process_factory
         rules = PoolRules(
@@ -395,6 +397,7 @@ async def open_runner(
     max_worker_rss_mb: int | None = DEFAULT_MAX_WORKER_RSS_MB,
     spare_workers: int = DEFAULT_SPARE_WORKERS,
     wanted_tool: str | None = None,
+    forkserver: bool = DEFAULT_FORKSERVER,
     config: RunnerConfig | None = None,
 ) -> AsyncIterator[Runner]:
     """Discover tools and own their workers for the duration of the block.
@@ -436,6 +439,7 @@ async def open_runner(
         max_worker_rss_mb=max_worker_rss_mb,
         spare_workers=spare_workers,
         wanted_tool=wanted_tool,
+        forkserver=forkserver,
     )
     if config is None:
         config = keywords

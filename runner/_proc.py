@@ -36,6 +36,7 @@ from worker import _protocol as p
 from ._boundary import Boundary
 from ._errors import RemoteError, RemoteProtocolError, RemoteRequestRefused, WorkerDied, WorkerStartupError
 from ._faults import fault_point
+from ._forkserver import ForkServer
 from ._output import READ_CHUNK, OutputTail
 from ._process import SupervisedProcess, write_some
 from ._teardown import TeardownStats
@@ -107,6 +108,7 @@ class WorkerProcess:
         on_request: RequestHandler | None = None,
         on_notification: NotificationHandler | None = None,
         teardown: TeardownStats | None = None,
+        forkserver: ForkServer | None = None,
     ) -> WorkerProcess:
         """Spawn a worker, attach it to ``boundary`` and run the handshake.
 
@@ -123,8 +125,9 @@ class WorkerProcess:
         ``update`` aside. Both get the connection's typed events.
         """
         process = SupervisedProcess(
-            module=module, boundary=boundary, workdir=workdir, output_limit=output_limit, teardown=teardown
-        )
+            module=module, boundary=boundary, workdir=workdir, output_limit=output_limit, teardown=teardown,
+            forkserver=forkserver,
+        )  # fmt: skip
         self = cls(process, max_frame_bytes=max_frame_bytes)
         # Before the worker can say anything: a factory may already use the UI or the logger.
         self.on_request = on_request

@@ -53,6 +53,7 @@ import trio
 from ._boundary import Boundary
 from ._errors import WorkerDied, WorkerStartupError
 from ._faults import fault_point
+from ._forkserver import ForkServer
 from ._output import OutputCapture
 from ._teardown import (
     DRAIN_SECONDS,
@@ -74,7 +75,42 @@ ProtocolReader = Callable[[trio.lowlevel.FdStream], Awaitable[None]]
 """Reads the worker's protocol pipe until EOF; run by the supervisor beside the output drains."""
 
 
-class SupervisedProcess:
+class _ResourceUse:
+    """CPU and memory of a worker process, from its rusage once reaped, else from ``/proc``."""
+
+    pid: int
+    rusage: resource.struct_rusage | None
+    _proc_fds: dict[str, int]
+    _finished: trio.Event
+
+    def cpu_seconds(self) -> float:
+        """CPU time the worker process has used (user + system), 0 if unknown."""
+        if self.rusage is not None:
+            return float(self.rusage.ru_utime + self.rusage.ru_stime)
+        try:
+            fields = self._read_proc("stat", 1024).rsplit(b")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            return 0.0
+
+    def rss_bytes(self) -> int:
+        """The worker process's resident memory, 0 if unknown."""
+        try:
+            return int(self._read_proc("statm", 128).split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, IndexError, ValueError):
+            return 0
+
+    def _read_proc(self, name: str, size: int) -> bytes:
+        if self._finished.is_set():
+            # Gone without a rusage: never reopen /proc for a pid that is no longer ours.
+            raise ProcessLookupError(self.pid)
+        fd = self._proc_fds.get(name)
+        if fd is None:
+            fd = self._proc_fds[name] = os.open(f"/proc/{self.pid}/{name}", os.O_RDONLY | os.O_CLOEXEC)
+        return os.pread(fd, size, 0)
+
+
+class SupervisedProcess(_ResourceUse):
     """One worker process, its boundary, workdir and output tails, from spawn to reap.
 
     Made by its owner, then brought to life by :meth:`spawn` (which also starts
@@ -90,8 +126,11 @@ class SupervisedProcess:
         workdir: Path | None = None,
         output_limit: int | None = None,
         teardown: TeardownStats | None = None,
+        forkserver: ForkServer | None = None,
     ) -> None:
         self.module = module
+        # Forks the worker when it can (``runner._forkserver``); Popen otherwise.
+        self.forkserver = forkserver
         self.boundary = boundary
         self.workdir = workdir
         self.output = OutputCapture(output_limit, self.kill_tree)
@@ -155,8 +194,9 @@ class SupervisedProcess:
                     fcntl.fcntl(fd, _F_SETPIPE_SZ, _PIPE_BYTES)
             argv = [sys.executable, "-I", "-m", "worker", "--fd-in", str(to_r), "--fd-out", str(from_w)]
             fault_point("popen")
+            forked = self.forkserver.try_fork(cwd, env, (to_r, from_w, out_w, err_w)) if self.forkserver else None
             # Blocking on purpose, on the trio thread: see Rule 1 above.
-            proc = subprocess.Popen(
+            self._proc = None if forked is not None else subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=out_w,
@@ -166,22 +206,23 @@ class SupervisedProcess:
                 start_new_session=True,
                 cwd=cwd,
                 env=dict(env),
-            )
+            )  # fmt: skip
         except Exception as exc:  # OSError mostly; Popen raises ValueError for an env value with a NUL
             for fd in fds:
                 os.close(fd)
             self._abandon_resources()
             step = "its pipes" if len(fds) < 8 else "its process"
             raise WorkerStartupError(f"could not start a worker for {self.module} ({step}): {exc}") from exc
-        self._proc = proc
-        self.pid = proc.pid
+        # Forked by the zygote, which passed its pidfd too (runner._forkserver).
+        self.pid, self._pidfd = forked if forked is not None else (self._proc.pid, -1)  # type: ignore[union-attr]
         # The child has its copies; ours of the child's ends must go, or EOF
         # would never come and the lifeline would never fire.
         for fd in (to_r, from_w, out_w, err_w):
             os.close(fd)
         try:
-            fault_point("pidfd_open", self.pid)
-            self._pidfd = os.pidfd_open(self.pid)
+            if self._pidfd < 0:
+                fault_point("pidfd_open", self.pid)
+                self._pidfd = os.pidfd_open(self.pid)
         except OSError as exc:
             for fd in (to_w, from_r, out_r, err_r):
                 os.close(fd)
@@ -192,14 +233,17 @@ class SupervisedProcess:
 
     def _kill_unsupervised(self, streams: tuple[trio.lowlevel.FdStream, ...]) -> None:
         """Kill and reap a worker that has no supervisor, synchronously; it ran no tool code."""
-        assert self._proc is not None
         # Not reaped yet, so its pid cannot have been recycled: a plain kill
         # reaches it. It is in no cgroup yet, so the boundary would miss it.
         with contextlib.suppress(OSError):
             os.kill(self.pid, signal.SIGKILL)
-        try:
-            self.returncode = self._proc.wait(KILL_WAIT_SECONDS)
-        except subprocess.TimeoutExpired:
+        if self._proc is None:  # forked: its exit seen through the pidfd, reaped by the zygote
+            if exited_now(self._pidfd, KILL_WAIT_SECONDS):
+                self._reap()
+        else:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.returncode = self._proc.wait(KILL_WAIT_SECONDS)
+        if self.returncode is None:
             self.teardown.overrun(f"worker {self.pid} ({self.module}) did not exit after SIGKILL")
         for stream in (*streams, self.protocol_out):
             if stream is not None:
@@ -360,7 +404,16 @@ class SupervisedProcess:
                 signal.pidfd_send_signal(self._pidfd, signum)
 
     def _reap(self) -> None:
-        assert self._proc is not None
+        if self._proc is None:
+            assert self.forkserver is not None  # forked: its zygote reaps it, when asked
+            got = self.forkserver.reap(self.pid, self._pidfd)
+            if got is None:
+                self.teardown.overrun(f"the exit status of worker {self.pid} ({self.module}) is not known")
+                return
+            self.returncode, self.rusage = got
+            self.dead = True
+            self._exited.set()
+            return
         try:
             # wait4 rather than Popen.wait: the rusage tells a CPU-limit kill apart.
             pid, status, self.rusage = os.wait4(self.pid, os.WNOHANG)
@@ -383,34 +436,6 @@ class SupervisedProcess:
             self._readers_left -= 1
             if self._readers_left == 0:
                 self._readers_done.set()
-
-    # --- resource use ----------------------------------------------------------
-
-    def cpu_seconds(self) -> float:
-        """CPU time the worker process has used (user + system), 0 if unknown."""
-        if self.rusage is not None:
-            return float(self.rusage.ru_utime + self.rusage.ru_stime)
-        try:
-            fields = self._read_proc("stat", 1024).rsplit(b")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, IndexError, ValueError):
-            return 0.0
-
-    def rss_bytes(self) -> int:
-        """The worker process's resident memory, 0 if unknown."""
-        try:
-            return int(self._read_proc("statm", 128).split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, IndexError, ValueError):
-            return 0
-
-    def _read_proc(self, name: str, size: int) -> bytes:
-        if self._finished.is_set():
-            # Gone without a rusage: never reopen /proc for a pid that is no longer ours.
-            raise ProcessLookupError(self.pid)
-        fd = self._proc_fds.get(name)
-        if fd is None:
-            fd = self._proc_fds[name] = os.open(f"/proc/{self.pid}/{name}", os.O_RDONLY | os.O_CLOEXEC)
-        return os.pread(fd, size, 0)
 
     # --- stopping ---------------------------------------------------------------
 

@@ -46,8 +46,8 @@ class TeardownStats:
 NO_STATS = TeardownStats()
 
 
-def exited_now(pidfd: int) -> bool:
-    """True if the process behind ``pidfd`` has exited (a pidfd is readable then).
+def exited_now(pidfd: int, wait: float = 0.0) -> bool:
+    """True if the process behind ``pidfd`` has exited (a pidfd is readable then), waiting up to ``wait`` s.
 
     ``poll``, not ``select``: select refuses fds above 1023, which a host with
     a raised RLIMIT_NOFILE and many workers reaches.
@@ -56,4 +56,4 @@ def exited_now(pidfd: int) -> bool:
         return False
     poller = select.poll()
     poller.register(pidfd, select.POLLIN)
-    return bool(poller.poll(0))
+    return bool(poller.poll(wait * 1000))

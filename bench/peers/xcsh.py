@@ -155,7 +155,7 @@ class Xcsh:
                 samples.append((time.perf_counter() - start) * 1e3)
         return samples
 
-    async def op_first_call(self, reps: int, spares: bool = True) -> dict[str, Any]:
+    async def op_first_call(self, reps: int, spares: bool = True, forkserver: bool = False) -> dict[str, Any]:
         """ms of the first call in a new runner whose module is cached: a worker that never ran this module.
 
         With ``spares`` (the default settings), the runner may keep a started
@@ -169,12 +169,15 @@ class Xcsh:
             if "spare_workers" not in inspect.signature(open_runner).parameters:
                 raise RuntimeError("open_runner has no spare_workers option in this version")
             options["spare_workers"] = 0
+        if forkserver:
+            # Its zygote imports while the runner opens; the wait below lets it get ready.
+            options["forkserver"] = True
         for i in range(reps):
             async with self._open(**options) as runner:
                 if runner.statistics().workers_started - _spares(runner):
                     cache_misses += 1  # the module was loaded (and its worker kept) at open
                 with trio.move_on_after(1.0):
-                    await trio.sleep(0.05)
+                    await trio.sleep(0.3 if forkserver else 0.05)
                     while spares and (_spares(runner) < 1 or runner.statistics().starting_workers):  # noqa: ASYNC110 - polls public stats
                         await trio.sleep(0.01)
                 start = time.perf_counter()
