@@ -112,17 +112,15 @@ class WorkerProcess:
     ) -> WorkerProcess:
         """Spawn a worker, attach it to ``boundary`` and run the handshake.
 
-        The worker owns ``boundary`` and ``workdir`` from here on: both are
-        removed when it ends, also when this raises or is cancelled. The caller
-        must bound this with a deadline. Raises WorkerStartupError (with the
-        errno of a host-side failure), WorkerDied or RemoteProtocolError; on
-        any failure, and on cancellation, the worker is gone (bounded) before
-        this returns.
+        The worker owns ``boundary`` and ``workdir`` from here on (removed when
+        it ends, also if this fails). The caller must bound this with a deadline.
+        Raises WorkerStartupError (with the errno of a host-side failure),
+        WorkerDied or RemoteProtocolError; on any failure, and on cancellation,
+        the worker is gone (bounded) before this returns.
 
         ``on_request`` answers the worker's requests (``ui``): its return value
         is the result, RemoteRequestRefused an error answer. ``on_notification``
-        gets its notifications (``log``, ``abort``, ``pending/push``, ``ui``),
-        ``update`` aside. Both get the connection's typed events.
+        gets the other notifications (``update`` aside), as typed events.
         """
         process = SupervisedProcess(
             module=module, boundary=boundary, workdir=workdir, output_limit=output_limit, teardown=teardown,

@@ -39,6 +39,7 @@ RANKS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "runner._cache",
             "runner._validate",
             "runner._process",
+            "runner._usage",
             "runner._forkserver",
             "runner._output",
             "runner._teardown",

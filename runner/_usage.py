@@ -1,0 +1,47 @@
+"""What a worker process uses: CPU time and resident memory, from its rusage once reaped, else from ``/proc``.
+
+The pool reads both after every call (a worker over its budget is retired),
+so the ``/proc`` files stay open: one ``pread`` at offset 0 per reading.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+
+import trio
+
+
+class ResourceUse:
+    """CPU and memory of a worker process, from its rusage once reaped, else from ``/proc``."""
+
+    pid: int
+    rusage: resource.struct_rusage | None
+    _proc_fds: dict[str, int]
+    _finished: trio.Event
+
+    def cpu_seconds(self) -> float:
+        """CPU time the worker process has used (user + system), 0 if unknown."""
+        if self.rusage is not None:
+            return float(self.rusage.ru_utime + self.rusage.ru_stime)
+        try:
+            fields = self._read_proc("stat", 1024).rsplit(b")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            return 0.0
+
+    def rss_bytes(self) -> int:
+        """The worker process's resident memory, 0 if unknown."""
+        try:
+            return int(self._read_proc("statm", 128).split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, IndexError, ValueError):
+            return 0
+
+    def _read_proc(self, name: str, size: int) -> bytes:
+        if self._finished.is_set():
+            # Gone without a rusage: never reopen /proc for a pid that is no longer ours.
+            raise ProcessLookupError(self.pid)
+        fd = self._proc_fds.get(name)
+        if fd is None:
+            fd = self._proc_fds[name] = os.open(f"/proc/{self.pid}/{name}", os.O_RDONLY | os.O_CLOEXEC)
+        return os.pread(fd, size, 0)
