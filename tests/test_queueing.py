@@ -19,11 +19,13 @@ from .conftest import TOOLS, make_runner
 QUEUE = TOOLS / "queue.py"
 
 
-async def _hold(
-    runner: Runner, release: Path, results: dict[str, ToolResult], running: trio.Event, **args: Any
-) -> None:
+async def _hold(runner: Runner, release: Path, results: dict[str, Any], running: trio.Event, **args: Any) -> None:
+    def started(update: dict[str, Any]) -> None:
+        results["ahead pid"] = update["details"]
+        running.set()
+
     results["ahead"] = await runner.call_tool(
-        "hold", {"path": str(release), **args}, tool_call_id="ahead", on_update=lambda _: running.set()
+        "hold", {"path": str(release), **args}, tool_call_id="ahead", on_update=started
     )
 
 
