@@ -73,6 +73,11 @@ class ProcessFactory:
         return None if server.dead else server
 
     @property
+    def workers_forked(self) -> int:
+        """Workers its fork servers forked (the rest were started with Popen)."""
+        return sum(server.forks for server in (self._forkservers or {}).values())
+
+    @property
     def reliable_boundary(self) -> bool:
         return self._cgroups is not None
 

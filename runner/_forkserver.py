@@ -113,6 +113,7 @@ class ForkServer:
         self._env = zygote_env(env)
         self.boundary = boundary
         self.dead = False
+        self.forks = 0  # workers it forked
         self._ready = False
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -177,6 +178,7 @@ class ForkServer:
                 os.close(fd)
             self.retire(f"it could not fork: {reply!r}")
             raise ForkServerError(f"the fork server could not fork: {reply!r}")
+        self.forks += 1
         return int(reply[1]), got[0]
 
     def try_fork(self, cwd: str, env: Mapping[str, str], fds: tuple[int, int, int, int]) -> tuple[int, int] | None:

@@ -77,6 +77,8 @@ class RunnerStatistics(msgspec.Struct, frozen=True):
     teardown_overruns: int = 0
     """Bounded teardown waits that expired (a worker not reaped after SIGKILL, a cgroup or
     workdir that could not be removed); each one is also logged. 0 on a healthy host."""
+    workers_forked: int = 0
+    """Of ``workers_started``, those forked by the fork server (``forkserver=True``) rather than started anew."""
 
 
 class Runner:
@@ -110,6 +112,7 @@ class Runner:
             cgroups=cgroups, max_frame_bytes=config.max_frame_bytes, teardown=self._teardown,
             forkserver_policies=(config.sandbox, *config.tool_policies.values()) if config.forkserver else None,
         )  # fmt: skip
+        self._process_factory = process_factory
         self._factory: WorkerFactory = factory or process_factory
         rules = PoolRules(
             max_calls_per_worker=config.max_calls_per_worker, idle_timeout=config.idle_timeout,
@@ -333,6 +336,7 @@ class Runner:
             reliable_boundary=self._reliable,
             pinned_workers=counts["pinned"],
             teardown_overruns=self._teardown.overruns,
+            workers_forked=self._process_factory.workers_forked,
         )
 
     async def _start_housekeeping(self, nursery: trio.Nursery) -> None:

@@ -24,6 +24,7 @@ import trio
 
 from runner import Runner, SandboxPolicy, SandboxUnavailable
 from runner._boundary import CgroupRoot
+from runner._forkserver import supported as forkserver_supported
 from runner._sandbox import probe as host_probe
 
 from .conftest import TOOLS, make_runner
@@ -60,10 +61,28 @@ needs_limits = pytest.mark.skipif(
 )
 
 
+# Every test here runs twice: with workers started by Popen, and forked by the
+# fork server's zygote (each child still enters its own cgroup and applies its
+# own sandbox, strict's Landlock rules for its module's folder included).
+_SPAWN = {"forkserver": False}
+
+
+@pytest.fixture(autouse=True, params=[False, True], ids=["popen", "forkserver"])
+def spawn_mode(request: pytest.FixtureRequest) -> Iterator[None]:
+    _SPAWN["forkserver"] = request.param
+    yield
+    _SPAWN["forkserver"] = False
+
+
 @asynccontextmanager
 async def sandboxed(policy: SandboxPolicy, path: Path = ESCAPE, **options: Any) -> AsyncIterator[Runner]:
+    options.setdefault("forkserver", _SPAWN["forkserver"])
     async with make_runner(path, sandbox=policy, **options) as runner:
         yield runner
+        if options["forkserver"] and MACHINE.cgroup_v2 and forkserver_supported():
+            # Not a silent fallback to Popen: the workers that ran were forked by a zygote.
+            stats = runner.statistics()
+            assert stats.workers_forked == stats.workers_started > 0, stats
 
 
 async def run_probe(policy: SandboxPolicy, name: str, **args: Any) -> dict[str, Any]:
@@ -448,7 +467,7 @@ async def test_inherited_host_fds_do_not_reach_the_tool(tmp_path: Path) -> None:
     os.set_inheritable(leaky, True)
     try:
         with trio.fail_after(30):
-            async with make_runner(TOOLS / "basic.py") as runner:
+            async with make_runner(TOOLS / "basic.py", forkserver=_SPAWN["forkserver"]) as runner:
                 fds = (await runner.call_tool("environment")).details["fds"]
     finally:
         os.close(leaky)
