@@ -64,11 +64,12 @@ class WorkerDied(WorkerError):
     """The worker exited while the host still expected an answer.
 
     Attributes:
-        returncode: the exit status, or minus the signal number.
+        returncode: the exit status, or minus the signal number; None if it is
+            not known (e.g. a forked worker whose fork server died before it).
         stderr_tail: the last of what the worker wrote to stderr.
     """
 
-    def __init__(self, returncode: int, stderr_tail: str) -> None:
+    def __init__(self, returncode: int | None, stderr_tail: str) -> None:
         self.returncode = returncode
         self.stderr_tail = stderr_tail
         super().__init__(f"worker {describe_exit(returncode)}")
@@ -79,7 +80,7 @@ class WorkerDied(WorkerError):
 
     @property
     def exit_code(self) -> int | None:
-        return self.returncode if self.returncode >= 0 else None
+        return self.returncode if self.returncode is not None and self.returncode >= 0 else None
 
 
 class RemoteError(RunnerError):
@@ -102,8 +103,8 @@ class RemoteRequestRefused(RunnerError):
         super().__init__(message)
 
 
-def signal_name(returncode: int) -> str | None:
-    if returncode >= 0:
+def signal_name(returncode: int | None) -> str | None:
+    if returncode is None or returncode >= 0:
         return None
     try:
         return _signal.Signals(-returncode).name
@@ -111,7 +112,9 @@ def signal_name(returncode: int) -> str | None:
         return f"signal {-returncode}"
 
 
-def describe_exit(returncode: int) -> str:
+def describe_exit(returncode: int | None) -> str:
+    if returncode is None:
+        return "ended, and its exit status could not be read (the teardown log says why)"
     name = signal_name(returncode)
     if name is None:
         return f"exited with code {returncode}"

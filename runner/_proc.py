@@ -298,7 +298,7 @@ class WorkerProcess:
 
     def _process_ended(self) -> None:
         self._conn.close()
-        self._fail_waiting(WorkerDied(self.returncode or 0, self.stderr_tail.text()))
+        self._fail_waiting(WorkerDied(self.returncode, self.stderr_tail.text()))
 
     def _fail_waiting(self, exc: BaseException) -> None:
         waiting, self._waiting = self._waiting, {}
@@ -353,7 +353,7 @@ class WorkerProcess:
         if self.protocol_error is not None:
             raise self.protocol_error
         if self.process.dead:
-            raise WorkerDied(self.returncode or 0, self.stderr_tail.text())
+            raise WorkerDied(self.returncode, self.stderr_tail.text())
         return self.process.exited or self._conn.state in _GONE
 
     async def _start(

@@ -171,8 +171,7 @@ async def test_exit_status_is_the_real_one(
     assert result.error.signal == signal_name
 
 
-@pytest.mark.xfail(reason="needs an init that reaps orphans promptly; not yet robust", strict=False)
-async def test_the_exit_status_survives_the_zygote() -> None:
+async def test_the_exit_status_survives_the_zygote_or_is_reported_unknown() -> None:
     with trio.fail_after(30):
         async with make_runner(TOOLS / "hostile.py", forkserver=True) as runner:
             await runner.call_tool("sleeper", {"seconds": 0})
@@ -182,4 +181,10 @@ async def test_the_exit_status_survives_the_zygote() -> None:
             # The worker was forked by the dead zygote: init reaped it, the pidfd keeps its status.
             result = await runner.call_tool("os_exit", {"code": 3}, timeout=10)
     assert result.kind == "crashed", result
-    assert result.error.exit_code == 3
+    # Its status is read from its pidfd once init has reaped it; an init that
+    # reaps late (or never, in a container) leaves it unknown, and it is said so:
+    # never a made-up "exited with code 0".
+    if result.error.exit_code is None:
+        assert "its exit status could not be read" in result.text, result.text
+    else:
+        assert result.error.exit_code == 3
