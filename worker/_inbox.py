@@ -42,7 +42,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import NoReturn
 
-from ._channel import READ_CHUNK, Channel
+from ._channel import Channel
 from ._connection import Event, RequestReceived
 from ._messages import RemoteProtocolError
 
@@ -68,8 +68,6 @@ class Inbox:
         self._epoll.register(self._fd, _DISARMED)
         self._probe = select.poll()
         self._probe.register(self._fd, select.POLLIN)
-        self._main_buffer = bytearray(READ_CHUNK)
-        self._reader_buffer = bytearray(READ_CHUNK)
 
     def start(self) -> None:
         """Start the reader thread (after the handshake; it waits until fd_in is lent to it)."""
@@ -81,7 +79,7 @@ class Inbox:
         channel = self._channel
         while not requests:
             try:
-                data = channel.read(self._main_buffer)
+                data = channel.read()
             except OSError:
                 self._gone()
             with channel.lock:
@@ -116,7 +114,7 @@ class Inbox:
                 with channel.lock:
                     if not self._lent or not ready(0):
                         continue  # stale: the main thread took fd_in back (and maybe read these bytes)
-                    events = channel.receive(channel.read(self._reader_buffer), self.requests)
+                    events = channel.receive(channel.read(), self.requests)
                 for event in events:
                     self._dispatch(event)
         except OSError:

@@ -26,7 +26,6 @@ import faulthandler
 import os
 import signal
 import sys
-import threading
 import traceback
 from types import FrameType
 from typing import NoReturn
@@ -74,11 +73,13 @@ class Worker:
         self.current: Call | None = None
         self.inbox = Inbox(channel, self.on_event, self.host_gone)
         self.bridge = AsyncBridge()
-        # Cancels for calls not running (still queued, or already answered),
-        # and the switch of the current call, under one lock: a cancel read on
-        # the reader thread while its call is being started is never lost.
+        # Cancels for calls not running yet (queued) or any more (answered).
+        # A cancel is recorded here before ``current`` is looked at, and a call
+        # is made current before its entry is looked at, so whichever order
+        # the reader thread and the main thread interleave in, one of them
+        # sees the other's write: a cancel read while its call starts is never
+        # lost, without a lock on every call.
         self._cancel_reasons: dict[str, str] = {}
-        self._cancel_lock = threading.Lock()
 
     # --- whichever thread reads fd_in ------------------------------------------
 
@@ -119,11 +120,11 @@ class Worker:
         os._exit(EXIT_HOST_GONE)
 
     def cancel(self, call_id: str, reason: str) -> None:
-        with self._cancel_lock:
-            call = self.current
-            if call is None or call.call_id != call_id:
-                self._cancel_reasons[call_id] = reason
-                return
+        self._cancel_reasons[call_id] = reason
+        call = self.current
+        if call is None or call.call_id != call_id:
+            return
+        self._cancel_reasons.pop(call_id, None)
         call.signal._abort(reason)
         self.bridge.cancel(call, reason)
 
@@ -323,13 +324,12 @@ class Worker:
         if isinstance(args, ErrorObject):
             return args
         call = Call(params.call_id)
-        with self._cancel_lock:
-            self.current = call
-            early = self._cancel_reasons.pop(params.call_id, None) if self._cancel_reasons else None
+        self.current = call
         if self._cancel_reasons:
+            early = self._cancel_reasons.pop(params.call_id, None)
+            if early is not None:
+                call.signal._abort(early)
             self._drop_stale_cancels()
-        if early is not None:
-            call.signal._abort(early)
         try:
             return execute(loaded, params, args, call, self.channel, self.link, self.bridge)
         finally:
@@ -340,13 +340,13 @@ class Worker:
     def _drop_stale_cancels(self) -> None:
         # The host writes a call before any cancel of it, and queued requests
         # are in the inbox before the events read with them are handled: a
-        # kept cancel whose call is neither queued nor running is for a call
-        # already answered.
+        # cancel kept before the queue is looked at, whose call is not queued,
+        # is for the running call (which has seen it) or one already answered.
+        kept = list(self._cancel_reasons)
         queued = self.inbox.queued_calls(m.CALL)
-        with self._cancel_lock:
-            for call_id in list(self._cancel_reasons):
-                if call_id not in queued:
-                    del self._cancel_reasons[call_id]
+        for call_id in kept:
+            if call_id not in queued:
+                self._cancel_reasons.pop(call_id, None)
 
 
 def _parse_fds(argv: list[str]) -> tuple[int, int]:

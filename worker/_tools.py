@@ -205,17 +205,21 @@ def _short(value: object) -> str:
 
 def normalize_result(value: object, what: str = "the result") -> p.CallResult:
     """Turn what ``execute`` (or ``on_update``) gave into a :class:`CallResult`."""
-    if isinstance(value, str):
+    # A plain dict first, by its exact type: the Mapping check goes through the ABC machinery.
+    if type(value) is dict:
+        if "content" not in value:
+            raise ResultError(f"{what} has no 'content' list: return {{'content': [...], 'details': ...}} or a str")
+        content, details = value["content"], value.get("details")
+    elif isinstance(value, str):
         return p.CallResult(content=[{"type": "text", "text": value}], details=None)
-    # A dict first, by its exact type: the Mapping check goes through the ABC machinery.
-    if type(value) is not dict and isinstance(value, ToolResult):
+    elif isinstance(value, ToolResult):
         content, details = value.content, value.details
-    elif type(value) is dict or isinstance(value, Mapping):
+    elif isinstance(value, Mapping):
         if "content" not in value:
             raise ResultError(f"{what} has no 'content' list: return {{'content': [...], 'details': ...}} or a str")
         content, details = value["content"], value.get("details")
     else:
         raise ResultError(f"{what} must be a dict with 'content', a ToolResult or a str, got {type(value).__name__}")
-    if not isinstance(content, list | tuple):
+    if type(content) is not list and not isinstance(content, list | tuple):
         raise ResultError(f"{what}'s 'content' must be a list of content blocks, got {type(content).__name__}")
-    return p.CallResult(content=[_block(b, what, i) for i, b in enumerate(content)], details=details)
+    return p.CallResult(content=[_block(b, what, i) for i, b in enumerate(content)] if content else [], details=details)
