@@ -29,16 +29,17 @@ class AbortSignal:
         reason: ``"cancelled"``, ``"timeout"`` or a free-form reason, or None.
     """
 
-    __slots__ = ("_aborted", "_gate", "_lock", "_callbacks", "reason")
+    __slots__ = ("_aborted", "_waiters", "_lock", "_callbacks", "reason")
 
     def __init__(self) -> None:
         # A signal is made for every call, and most are never aborted nor
-        # waited on: a bare lock held until the abort is the event (its
-        # release wakes a waiter, who passes it on), which costs a tenth of a
-        # threading.Event with its Condition.
+        # waited on: each wait brings a lock of its own, held until the abort
+        # releases it, instead of a threading.Event made for every call (a
+        # tenth of the cost). No waiter ever holds a lock another one needs,
+        # so the SIGTERM handler may wait too, whatever the thread it
+        # interrupted was doing with this signal.
         self._aborted = False
-        self._gate = threading.Lock()
-        self._gate.acquire()
+        self._waiters: list[threading.Lock] = []
         self._lock = threading.Lock()
         self._callbacks: list[Callable[[str], object]] = []
         self.reason: str | None = None
@@ -51,11 +52,17 @@ class AbortSignal:
         """Block until the call is aborted or ``timeout`` passes; return ``aborted``."""
         if self._aborted:
             return True
-        # _abort sets _aborted before it releases the gate, so holding the gate means aborted.
-        if self._gate.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
-            self._gate.release()  # the next waiter's turn
-            return True
-        return self._aborted
+        waiter = threading.Lock()
+        waiter.acquire()
+        self._waiters.append(waiter)
+        try:
+            # _abort sets _aborted before it looks at the waiters: it saw this
+            # one, or this sees _aborted (read again: the property is not narrowed).
+            if self.aborted:
+                return True
+            return waiter.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)) or self.aborted
+        finally:
+            self._waiters.remove(waiter)
 
     async def wait_async(self) -> str:
         """Await the abort from an async tool; returns the reason.
@@ -100,7 +107,8 @@ class AbortSignal:
             self.reason = reason
             self._aborted = True
             callbacks, self._callbacks = self._callbacks, []
-        self._gate.release()
+        for waiter in self._waiters[:]:
+            waiter.release()
         for cb in callbacks:
             try:
                 cb(reason)
