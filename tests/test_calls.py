@@ -168,9 +168,9 @@ async def test_worker_surroundings() -> None:
     assert d["isatty"] == [False, False, False]
     assert d["sid"] == d["pid"]  # its own session
     assert d["cwd"] == os.getcwd()
-    # 0-2, the two protocol pipes, the boundary's cgroup.kill (the lifeline's), and the
-    # listing's own directory fd: nothing inherited.
-    assert len(d["fds"]) == 7, d["fds"]
+    # 0-2, the two protocol pipes, the boundary's cgroup.kill (the lifeline's), the
+    # reader thread's epoll, and the listing's own directory fd: nothing inherited.
+    assert len(d["fds"]) == 8, d["fds"]
 
 
 async def test_host_fds_do_not_leak() -> None:

@@ -472,7 +472,7 @@ async def test_inherited_host_fds_do_not_reach_the_tool(tmp_path: Path) -> None:
     finally:
         os.close(leaky)
     assert leaky not in fds or leaky in (0, 1, 2)
-    assert len(fds) == 7  # 0-2, two protocol pipes, cgroup.kill, the listing's own fd
+    assert len(fds) == 8  # 0-2, two protocol pipes, cgroup.kill, the reader thread's epoll, the listing's own fd
 
 
 # --- limits ---------------------------------------------------------------------------------

@@ -173,7 +173,7 @@ def execute(
                 params.call_id, args, on_update, Ctx(params.ctx, link, call.call_id), call.signal
             )
             call.in_tool = False
-            if hasattr(value, "__await__"):
+            if type(value) is not dict and hasattr(value, "__await__"):
                 value = bridge.run(value, call)
         finally:
             call.in_tool = False

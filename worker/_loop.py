@@ -7,9 +7,11 @@ Lifecycle (each step is the only thing happening at that point):
    only R and W, so nothing a tool prints can corrupt a frame.
 2. The main thread reads ``initialize`` (blocking, single-threaded: the host
    attaches the worker to its kill boundary before sending it) and answers.
-3. A reader thread starts. From now on it owns fd R: requests go to the main
-   thread's queue, ``$/cancel`` marks the running call's signal, and EOF means
-   the host is gone, so the worker kills its own tree (the lifeline).
+3. A reader thread starts. From now on fd R is read by the main thread while
+   it is idle and by the reader thread while the main thread serves a request
+   (``_inbox.py``): requests are queued and served in order, ``$/cancel``
+   marks the running call's signal (or is kept for a call still queued), and
+   EOF means the host is gone, so the worker kills its own tree (the lifeline).
 4. The main thread serves ``load`` once, then ``call`` requests one at a time,
    until ``shutdown``.
 
@@ -22,10 +24,8 @@ from __future__ import annotations
 
 import faulthandler
 import os
-import queue
 import signal
 import sys
-import threading
 import traceback
 from types import FrameType
 from typing import NoReturn
@@ -37,12 +37,14 @@ from ._channel import Channel
 from ._connection import (
     ConnectionClosed,
     ErrorReceived,
+    Event,
     NotificationReceived,
     RequestReceived,
     RequestRefused,
     ResultReceived,
 )
 from ._frames import FrameTooLarge, encode_value
+from ._inbox import Inbox
 from ._messages import ErrorCode, ErrorObject, LocalProtocolError, RemoteProtocolError, error_object
 from ._signal import ToolCancelled
 from ._tools import (
@@ -69,35 +71,35 @@ class Worker:
         self.tools: dict[str, LoadedTool] = {}
         self.loaded = False
         self.current: Call | None = None
-        self.requests: queue.SimpleQueue[RequestReceived | None] = queue.SimpleQueue()
+        self.inbox = Inbox(channel, self.on_event, self.host_gone)
         self.bridge = AsyncBridge()
+        # Cancels for calls not running yet (queued) or any more (answered).
+        # A cancel is recorded here before ``current`` is looked at, and a call
+        # is made current before its entry is looked at, so whichever order
+        # the reader thread and the main thread interleave in, one of them
+        # sees the other's write: a cancel read while its call starts is never
+        # lost, without a lock on every call.
         self._cancel_reasons: dict[str, str] = {}
 
-    # --- reader thread -----------------------------------------------------
+    # --- whichever thread reads fd_in ------------------------------------------
 
-    def reader(self) -> None:
-        try:
-            while True:
-                event = self.channel.next_event()
-                if isinstance(event, RequestReceived):
-                    self.requests.put(event)
-                elif isinstance(event, ResultReceived | ErrorReceived):
-                    self.link.answer(event)  # to a request a tool is blocked on
-                elif isinstance(event, NotificationReceived):
-                    if event.method is m.CANCEL:
-                        self.cancel(event.params.call_id, event.params.reason)
-                    elif event.method is m.UI_CHANGED:
-                        self.api.has_ui = event.params.has_ui
-                elif isinstance(event, RequestRefused):
-                    self.channel.write(event.reply)  # unknown, out of state, or malformed params
-                elif isinstance(event, ConnectionClosed):
-                    break
-                # A dropped notification is ignored, as JSON-RPC allows.
-        except RemoteProtocolError as exc:
-            sys.stderr.write(f"xcsh-run worker: the host sent a malformed message: {exc}\n")
-        except OSError:
-            pass
-        self.host_gone()
+    def on_event(self, event: Event | RemoteProtocolError) -> None:
+        """Every event but a request (those are queued): on the main thread while idle, else the reader's."""
+        if isinstance(event, NotificationReceived):
+            if event.method is m.CANCEL:
+                self.cancel(event.params.call_id, event.params.reason)
+            elif event.method is m.UI_CHANGED:
+                self.api.has_ui = event.params.has_ui
+        elif isinstance(event, ResultReceived | ErrorReceived):
+            self.link.answer(event)  # to a request a tool is blocked on
+        elif isinstance(event, RequestRefused):
+            self.channel.write(event.reply)  # unknown, out of state, or malformed params
+        elif isinstance(event, ConnectionClosed):
+            self.host_gone()
+        elif isinstance(event, RemoteProtocolError):
+            sys.stderr.write(f"xcsh-run worker: the host sent a malformed message: {event}\n")
+            self.host_gone()
+        # A dropped notification is ignored, as JSON-RPC allows.
 
     def host_gone(self) -> NoReturn:
         # The lifeline: only the host holds the write end of fd_in, so EOF
@@ -118,10 +120,11 @@ class Worker:
         os._exit(EXIT_HOST_GONE)
 
     def cancel(self, call_id: str, reason: str) -> None:
+        self._cancel_reasons[call_id] = reason
         call = self.current
         if call is None or call.call_id != call_id:
-            self._cancel_reasons[call_id] = reason
             return
+        self._cancel_reasons.pop(call_id, None)
         call.signal._abort(reason)
         self.bridge.cancel(call, reason)
 
@@ -132,8 +135,9 @@ class Worker:
             self.flush_and_exit(0)
         if not call.signal.aborted:
             # The host writes $/cancel (with the reason) before it sends
-            # SIGTERM, but the reader thread may not have read it yet. It is
-            # already in the pipe, so a short bounded wait is enough.
+            # SIGTERM, but the reader thread (fd_in is lent to it while a
+            # call runs) may not have read it yet. It is already in the pipe,
+            # so a short bounded wait is enough.
             call.signal.wait(0.1)
         call.signal._abort(call.signal.reason or "terminated")
         call.terminated = True
@@ -145,10 +149,12 @@ class Worker:
     # --- main thread -------------------------------------------------------
 
     def serve(self) -> NoReturn:
+        inbox = self.inbox
         while True:
-            req = self.requests.get()
-            if req is None:  # pragma: no cover - reader exits the process instead
-                self.flush_and_exit(0)
+            req = inbox.next_request()
+            # Lent before the call becomes current: SIGTERM's wait for the
+            # $/cancel needs someone reading.
+            inbox.lend()
             method = req.method
             if method is m.CALL:
                 outcome = self.handle_call(req.params)
@@ -165,7 +171,13 @@ class Worker:
                 self.flush_and_exit(0)
             else:  # pragma: no cover - the table lets no other request through
                 outcome = ErrorObject(code=int(ErrorCode.METHOD_NOT_FOUND), message=f"unknown method {method.name!r}")
-            self.send_reply(req.id, outcome)
+            # Reclaimed before the answer is written: the host's next request
+            # may follow it at once, and the main thread reads it then.
+            inbox.reclaim()
+            try:
+                self.send_reply(req.id, outcome)
+            except OSError:  # fd_out broken: the host is gone, and nobody is reading fd_in to see it
+                self.host_gone()
 
     def handle_session(self, params: m.SessionParams) -> Outcome:
         warnings: list[str] = []
@@ -312,17 +324,29 @@ class Worker:
         if isinstance(args, ErrorObject):
             return args
         call = Call(params.call_id)
-        early = self._cancel_reasons.pop(params.call_id, None)
-        # Cancels for calls that never came here are stale by now.
-        self._cancel_reasons.clear()
-        if early is not None:
-            call.signal._abort(early)
         self.current = call
+        if self._cancel_reasons:
+            early = self._cancel_reasons.pop(params.call_id, None)
+            if early is not None:
+                call.signal._abort(early)
+            self._drop_stale_cancels()
         try:
             return execute(loaded, params, args, call, self.channel, self.link, self.bridge)
         finally:
             self.current = None
-            self.api._log_handler.flush_dropped()
+            if self.api._log_handler.dropped:
+                self.api._log_handler.flush_dropped()
+
+    def _drop_stale_cancels(self) -> None:
+        # The host writes a call before any cancel of it, and queued requests
+        # are in the inbox before the events read with them are handled: a
+        # cancel kept before the queue is looked at, whose call is not queued,
+        # is for the running call (which has seen it) or one already answered.
+        kept = list(self._cancel_reasons)
+        queued = self.inbox.queued_calls(m.CALL)
+        for call_id in kept:
+            if call_id not in queued:
+                self._cancel_reasons.pop(call_id, None)
 
 
 def _parse_fds(argv: list[str]) -> tuple[int, int]:
@@ -402,5 +426,5 @@ def main(argv: list[str] | None = None) -> NoReturn:
         protocol_version=m.PROTOCOL_VERSION, pid=os.getpid(), python=sys.version.split()[0], unenforced=unenforced
     )
     channel.send(lambda conn: conn.send_result(init_id, result))
-    threading.Thread(target=worker.reader, name="xcsh-reader", daemon=True).start()
+    worker.inbox.start()
     worker.serve()

@@ -29,21 +29,40 @@ class AbortSignal:
         reason: ``"cancelled"``, ``"timeout"`` or a free-form reason, or None.
     """
 
-    __slots__ = ("_event", "_lock", "_callbacks", "reason")
+    __slots__ = ("_aborted", "_waiters", "_lock", "_callbacks", "reason")
 
     def __init__(self) -> None:
-        self._event = threading.Event()
+        # A signal is made for every call, and most are never aborted nor
+        # waited on: each wait brings a lock of its own, held until the abort
+        # releases it, instead of a threading.Event made for every call (a
+        # tenth of the cost). No waiter ever holds a lock another one needs,
+        # so the SIGTERM handler may wait too, whatever the thread it
+        # interrupted was doing with this signal.
+        self._aborted = False
+        self._waiters: list[threading.Lock] = []
         self._lock = threading.Lock()
         self._callbacks: list[Callable[[str], object]] = []
         self.reason: str | None = None
 
     @property
     def aborted(self) -> bool:
-        return self._event.is_set()
+        return self._aborted
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the call is aborted or ``timeout`` passes; return ``aborted``."""
-        return self._event.wait(timeout)
+        if self._aborted:
+            return True
+        waiter = threading.Lock()
+        waiter.acquire()
+        self._waiters.append(waiter)
+        try:
+            # _abort sets _aborted before it looks at the waiters: it saw this
+            # one, or this sees _aborted (read again: the property is not narrowed).
+            if self.aborted:
+                return True
+            return waiter.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)) or self.aborted
+        finally:
+            self._waiters.remove(waiter)
 
     async def wait_async(self) -> str:
         """Await the abort from an async tool; returns the reason.
@@ -70,24 +89,26 @@ class AbortSignal:
     def add_callback(self, callback: Callable[[str], object]) -> None:
         """Call ``callback(reason)`` once when the call is aborted (now, if it already is)."""
         with self._lock:
-            if not self._event.is_set():
+            if not self._aborted:
                 self._callbacks.append(callback)
                 return
         callback(self.reason or "cancelled")
 
     def throw_if_aborted(self) -> None:
         """Raise :class:`ToolCancelled` if the call has been aborted."""
-        if self._event.is_set():
+        if self._aborted:
             raise ToolCancelled(self.reason or "cancelled")
 
     def _abort(self, reason: str) -> bool:
         """Mark aborted; return True for the first caller only. Worker-internal."""
         with self._lock:
-            if self._event.is_set():
+            if self._aborted:
                 return False
             self.reason = reason
-            self._event.set()
+            self._aborted = True
             callbacks, self._callbacks = self._callbacks, []
+        for waiter in self._waiters[:]:
+            waiter.release()
         for cb in callbacks:
             try:
                 cb(reason)

@@ -182,18 +182,18 @@ def describe_tool(entry: object) -> LoadedTool:
     return LoadedTool(tool, description, struct_type)
 
 
-def _block(block: object, where: str) -> dict[str, Any]:
+def _block(block: object, what: str, index: int) -> dict[str, Any]:
     if isinstance(block, TextContent | ImageContent):
         out: dict[str, Any] = msgspec.to_builtins(block)
         return out
-    if isinstance(block, Mapping):
+    if type(block) is dict or isinstance(block, Mapping):
         kind = block.get("type")
         if kind == "text" and isinstance(block.get("text"), str):
             return {"type": "text", "text": block["text"]}
         if kind == "image" and isinstance(block.get("data"), str) and isinstance(block.get("mimeType"), str):
             return {"type": "image", "data": block["data"], "mimeType": block["mimeType"]}
     raise ResultError(
-        f"{where} is not a content block: expected {{'type': 'text', 'text': str}} or "
+        f"{what}'s content[{index}] is not a content block: expected {{'type': 'text', 'text': str}} or "
         f"{{'type': 'image', 'data': base64 str, 'mimeType': str}}, got {_short(block)}"
     )
 
@@ -205,9 +205,14 @@ def _short(value: object) -> str:
 
 def normalize_result(value: object, what: str = "the result") -> p.CallResult:
     """Turn what ``execute`` (or ``on_update``) gave into a :class:`CallResult`."""
-    if isinstance(value, str):
+    # A plain dict first, by its exact type: the Mapping check goes through the ABC machinery.
+    if type(value) is dict:
+        if "content" not in value:
+            raise ResultError(f"{what} has no 'content' list: return {{'content': [...], 'details': ...}} or a str")
+        content, details = value["content"], value.get("details")
+    elif isinstance(value, str):
         return p.CallResult(content=[{"type": "text", "text": value}], details=None)
-    if isinstance(value, ToolResult):
+    elif isinstance(value, ToolResult):
         content, details = value.content, value.details
     elif isinstance(value, Mapping):
         if "content" not in value:
@@ -215,6 +220,6 @@ def normalize_result(value: object, what: str = "the result") -> p.CallResult:
         content, details = value["content"], value.get("details")
     else:
         raise ResultError(f"{what} must be a dict with 'content', a ToolResult or a str, got {type(value).__name__}")
-    if not isinstance(content, list | tuple):
+    if type(content) is not list and not isinstance(content, list | tuple):
         raise ResultError(f"{what}'s 'content' must be a list of content blocks, got {type(content).__name__}")
-    return p.CallResult(content=[_block(b, f"{what}'s content[{i}]") for i, b in enumerate(content)], details=details)
+    return p.CallResult(content=[_block(b, what, i) for i, b in enumerate(content)] if content else [], details=details)
