@@ -24,7 +24,7 @@ from ._frames import DEFAULT_MAX_FRAME_BYTES, _NeedData
 from ._methods import Role
 
 T = TypeVar("T")
-_READ_CHUNK = 1 << 20
+_READ_CHUNK = 1 << 16  # requests are small; a large one is read into its own frame buffer
 
 
 class Channel:
@@ -47,14 +47,18 @@ class Channel:
         while True:
             with self._lock:
                 event = self.conn.next_event()
-            if not isinstance(event, _NeedData):
-                return event
+                if not isinstance(event, _NeedData):
+                    return event
+                view = self.conn.receive_buffer(_READ_CHUNK)
+            # Read outside the lock (senders never touch the receiving side),
+            # straight into the connection's buffer: a large frame's body
+            # lands where it is decoded from.
             try:
-                chunk = os.read(self.fd_in, _READ_CHUNK)
-            except InterruptedError:  # pragma: no cover - PEP 475 retries for us
-                continue
+                n = os.readv(self.fd_in, [view])
+            finally:
+                view.release()
             with self._lock:
-                self.conn.receive_data(chunk)
+                self.conn.received(n)
 
     def locked(self, use: Callable[[Connection], T]) -> T:
         """Run ``use(conn)`` under the connection lock (for steps that send nothing)."""
