@@ -23,6 +23,10 @@ DEFAULT_MAX_FRAME_BYTES: Final = 64 * 1024 * 1024
 """Largest frame either side accepts unless configured otherwise (64 MiB)."""
 
 _MAX_REPRESENTABLE: Final = 2**32 - 1
+# A frame gets its own buffer once its size is at most the larger of these
+# (see FrameDecoder): any size that small, or this many times what has arrived.
+_TRUSTED_FRAME_BYTES: Final = 1 << 20
+_TRUSTED_FRAME_RATIO: Final = 16
 _ENCODER: Final = msgspec.json.Encoder()
 
 
@@ -113,9 +117,12 @@ class FrameDecoder:
     A frame whose header has arrived but not its whole body gets a buffer of
     its own, of exactly the announced size: the rest of its bytes are copied
     (or read) into place, that buffer never grows, and the finished body is
-    decoded from it without a copy. Memory is bounded by ``max_frame_bytes``
-    plus one read chunk: an oversized length prefix is rejected as soon as its
-    four bytes arrive, and nothing is allocated for it.
+    decoded from it without a copy. A length prefix is only trusted that far
+    up to 1 MiB, or 16 times what has arrived of its frame: a prefix that lies
+    costs no more memory than the bytes sent with it (a larger frame grows
+    with its bytes until then). Memory is bounded by ``max_frame_bytes`` plus
+    one read chunk: an oversized length prefix is rejected as soon as its four
+    bytes arrive, and nothing is allocated for it.
     """
 
     __slots__ = ("_buf", "_pos", "_frame", "_filled", "_scratch", "_direct", "_eof", "_failed", "max_frame_bytes")
@@ -284,7 +291,7 @@ class FrameDecoder:
         return n
 
     def _start_frame(self) -> None:
-        """Move an incomplete first frame of ``_buf`` into a buffer of its own (if its header is there and allowed)."""
+        """Move an incomplete first frame of ``_buf`` into a buffer of its own, once its header is trusted."""
         start = self._pos
         available = len(self._buf) - start
         if available < HEADER_BYTES:
@@ -292,8 +299,10 @@ class FrameDecoder:
         n = int.from_bytes(self._buf[start : start + HEADER_BYTES], "big")
         if n > self.max_frame_bytes or available >= HEADER_BYTES + n:
             return  # refused, or complete: for _next to deal with
-        frame = bytearray(n)
         have = available - HEADER_BYTES
+        if n > max(_TRUSTED_FRAME_BYTES, _TRUSTED_FRAME_RATIO * have):
+            return  # not yet: it grows in _buf until enough of it is there
+        frame = bytearray(n)
         with memoryview(self._buf) as view:  # released before the clear below resizes _buf
             frame[:have] = view[start + HEADER_BYTES :]
         self._frame, self._filled = frame, have
