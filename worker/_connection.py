@@ -37,12 +37,23 @@ fuzz/test_connection_fuzz.py):
 
 from __future__ import annotations
 
-import re
 from collections import deque
-from typing import Any, Final, Literal, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 import msgspec
 
+from ._decoders import answer_id, decode_answer
+from ._decoders import decoder as _decoder
+from ._events import (
+    ConnectionClosed,
+    ErrorReceived,
+    Event,
+    NotificationDropped,
+    NotificationReceived,
+    RequestReceived,
+    RequestRefused,
+    ResultReceived,
+)
 from ._frames import (
     _MAX_REPRESENTABLE,
     DEFAULT_MAX_FRAME_BYTES,
@@ -82,90 +93,6 @@ class Encoder(Protocol):
     """How messages become bytes: :func:`encode_message` (frames) or ``encode_line`` (MCP's stdio)."""
 
     def __call__(self, message: Message, *, max_frame_bytes: int) -> bytes: ...
-
-
-# --- events -------------------------------------------------------------------------
-
-
-class RequestReceived(msgspec.Struct, frozen=True):
-    """A request of the peer's, to answer exactly once with ``send_result`` or ``send_error``."""
-
-    id: JsonRpcId
-    method: Method[Any, Any]
-    params: Any
-
-
-class NotificationReceived(msgspec.Struct, frozen=True):
-    method: Notice[Any]
-    params: Any
-
-
-class ResultReceived(msgspec.Struct, frozen=True):
-    """The answer to one of our requests, decoded into the method's result type."""
-
-    id: int
-    method: Method[Any, Any]
-    result: Any
-
-
-class ErrorReceived(msgspec.Struct, frozen=True):
-    """The error answer to one of our requests."""
-
-    id: int
-    method: Method[Any, Any]
-    error: ErrorObject
-
-
-class RequestRefused(msgspec.Struct, frozen=True):
-    """A request the table does not allow: write ``reply`` (already encoded); nothing else to do."""
-
-    id: JsonRpcId
-    method_name: str
-    error: ErrorObject
-    reply: bytes
-    reason: RefusalReason
-
-
-class NotificationDropped(msgspec.Struct, frozen=True):
-    """An unknown or out-of-state notification, ignored as JSON-RPC allows."""
-
-    method_name: str
-    reason: str
-
-
-class ConnectionClosed(msgspec.Struct, frozen=True):
-    """End of stream: ``outstanding`` are our requests that will never be answered."""
-
-    outstanding: tuple[int, ...]
-
-
-Event = (
-    RequestReceived | NotificationReceived | ResultReceived | ErrorReceived | RequestRefused | NotificationDropped
-    | ConnectionClosed
-)  # fmt: skip
-
-_DECODERS: dict[Any, msgspec.json.Decoder[Any]] = {}
-_ANSWER_DECODERS: dict[Any, msgspec.json.Decoder[Any]] = {}
-_NONE_TYPE: Final = type(None)
-# How our encoder starts a Response; a body that starts otherwise takes the general path.
-_ANSWER_HEAD: Final = re.compile(rb'\{"id":(0|[1-9][0-9]{0,17}),"result":')
-
-
-def _decoder(tp: Any) -> msgspec.json.Decoder[Any]:
-    decoder = _DECODERS.get(tp)
-    if decoder is None:
-        decoder = _DECODERS[tp] = msgspec.json.Decoder(tp)
-    return decoder
-
-
-def _answer_decoder(tp: Any) -> msgspec.json.Decoder[Any]:
-    """A decoder of a whole Response whose result is a ``tp``: one pass over a large result, not two."""
-    decoder = _ANSWER_DECODERS.get(tp)
-    if decoder is None:
-        fields = [("id", int), ("result", tp), ("jsonrpc", Literal["2.0"])]
-        typed = msgspec.defstruct("TypedResponse", fields, forbid_unknown_fields=True)
-        decoder = _ANSWER_DECODERS[tp] = msgspec.json.Decoder(typed)
-    return decoder
 
 
 def _checkable(tp: Any) -> type | None:
@@ -351,12 +278,7 @@ class Connection:
         self._decoder.receive_data(data)
 
     def receive_buffer(self, size: int = 1 << 16) -> memoryview:
-        """A view to read the next bytes from the peer into, in place; then call :meth:`received`.
-
-        No chunk object and, for a large frame, no copy: the read lands in
-        the buffer its body is decoded from (see ``FrameDecoder.receive_buffer``).
-        Release the view before calling :meth:`received`.
-        """
+        """A view to read the next bytes from the peer into (``FrameDecoder.receive_buffer``); then :meth:`received`."""
         if self._error is not None:
             raise self._error
         if self._eof:
@@ -441,28 +363,17 @@ class Connection:
             raise NotSerialisable(what, exc) from None
 
     def _typed_answer(self, body: bytearray | memoryview) -> ResultReceived | None:
-        """A result to one of our requests, in one typed decode of the whole body; None: take the general path.
-
-        The general path (decode_message, then the result) gives the same
-        event for every body this one accepts, and the precise error for
-        every body it does not: this is only the fast way to the same answer.
-        """
-        head = _ANSWER_HEAD.match(body)
-        if head is None:
-            return None
-        rid = int(head[1])
-        method = self._outstanding.get(rid)
-        if method is None:  # abandoned, or not ours: the general path decides
-            return None
-        try:
-            answer = _answer_decoder(method.result).decode(body)
-        except msgspec.DecodeError:
-            return None
-        if answer.id != rid:  # a repeated "id" member
+        """A result to one of our requests, in one decode of the whole body (``_decoders``); None: the general path."""
+        rid = answer_id(body)
+        method = None if rid is None else self._outstanding.get(rid)
+        if rid is None or method is None:
+            return None  # not this shape, or abandoned, or not ours: the general path decides
+        decoded = decode_answer(method.result, body, rid)
+        if decoded is None:
             return None
         del self._outstanding[rid]
         self._advance(method.on_result)
-        return ResultReceived(id=rid, method=method, result=answer.result)
+        return ResultReceived(id=rid, method=method, result=decoded[0])
 
     def _answering(self, request_id: JsonRpcId) -> Method[Any, Any]:
         method = self._unanswered.get(request_id)
