@@ -9,7 +9,8 @@ Invariants checked, for any input Hypothesis can build:
     and it never holds more than one partial frame (``buffered`` stays below
     ``HEADER_BYTES + max_frame_bytes`` once drained).
 (b) Chunking does not matter: feeding the stream whole or in random chunks gives
-    the same message sequence and the same error (or none).
+    the same message sequence and the same error (or none); so does reading it
+    in place (``receive_buffer``/``received``) with random read sizes.
 (c) Round trip: encoding generated messages and decoding them (in one piece or
     in chunks) gives back equal messages, and ``params``/``result``/``error.data``
     decode to the original JSON values.
@@ -180,6 +181,30 @@ def feed(
     return out, failure
 
 
+def feed_in_place(
+    data: bytes, reads: list[int], size: int, max_frame_bytes: int = p.DEFAULT_MAX_FRAME_BYTES
+) -> tuple[list[p.Message], p.RemoteProtocolError | None]:
+    """Read ``data`` through receive_buffer/received, at most ``reads[i]`` bytes the i-th time, then the end."""
+    decoder = p.FrameDecoder(max_frame_bytes)
+    out: list[p.Message] = []
+    pos, i = 0, 0
+    try:
+        while not decoder.ended:
+            view = decoder.receive_buffer(size)
+            assert len(view) >= 1
+            n = min(len(view), reads[i % len(reads)], len(data) - pos)
+            view[:n] = data[pos : pos + n]
+            view.release()
+            pos, i = pos + n, i + 1
+            decoder.received(n)
+            while (msg := decoder.next_message()) is not p.NEED_DATA:
+                out.append(msg)
+            assert decoder.buffered < p.HEADER_BYTES + max_frame_bytes + size
+    except p.RemoteProtocolError as exc:
+        return out, exc
+    return out, None
+
+
 def model(data: bytes, max_frame_bytes: int) -> tuple[list[p.Message], bool]:
     """Reference reading of Rule 1 over a complete stream: (messages, failed)."""
     out: list[p.Message] = []
@@ -232,6 +257,19 @@ def test_chunking_does_not_matter(data: st.DataObject, stream: bytes, limit: int
     assert (split_err is None) == (whole_err is None)
     if whole_err is not None:
         assert str(split_err) == str(whole_err)
+
+
+@given(
+    stream=streams | st.lists(messages, max_size=5).map(lambda ms: b"".join(p.encode_message(m) for m in ms)),
+    reads=st.lists(st.integers(min_value=1, max_value=400), min_size=1, max_size=8),
+    size=st.integers(min_value=1, max_value=64),
+    limit=st.integers(min_value=1, max_value=512) | st.just(2**32 - 1),
+)
+def test_reading_in_place_does_not_matter(stream: bytes, reads: list[int], size: int, limit: int) -> None:
+    whole_msgs, whole_err = feed([stream] if stream else [], limit)
+    msgs, err = feed_in_place(stream, reads, size, limit)
+    assert msgs == whole_msgs
+    assert str(err) == str(whole_err)
 
 
 # --- (c) round trip ---------------------------------------------------------------

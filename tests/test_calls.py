@@ -7,6 +7,8 @@ import os
 import pytest
 import trio
 
+from runner._process import protocol_pipe_bytes
+
 from .conftest import TOOLS, make_runner
 
 
@@ -171,6 +173,9 @@ async def test_worker_surroundings() -> None:
     # 0-2, the two protocol pipes, the boundary's cgroup.kill (the lifeline's), the
     # reader thread's epoll, and the listing's own directory fd: nothing inherited.
     assert len(d["fds"]) == 8, d["fds"]
+    # The protocol pipes as large as the kernel lets anyone ask, up to 1 MiB (best effort).
+    wanted = max(protocol_pipe_bytes(), 65536)
+    assert d["pipe_sizes"] == [wanted, wanted]
 
 
 async def test_host_fds_do_not_leak() -> None:

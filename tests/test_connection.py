@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from worker import _connection
 from worker import _protocol as p
 
 INIT = p.InitializeParams(protocol_version=p.PROTOCOL_VERSION, host_pid=1, cwd="/")
@@ -367,6 +368,89 @@ def test_a_result_that_does_not_fit_its_type_is_a_remote_error_naming_the_method
 def test_a_ui_result_is_any_json() -> None:
     host, worker = pair(p.State.LOADED)
     assert answer(worker, host, p.UI, p.UiParams(call_id=None, method="select"), ["a", 1]).result == ["a", 1]
+
+
+# The typed path (one decode of a whole answer into its result type) is only a
+# faster way to the general path's answer (the envelope, then the result): for
+# every body, both give the same event, or the same error, and the same state.
+_R = b'{"protocol_version":1,"pid":2}'
+ANSWER_BODIES = {
+    "compact": b'{"id":1,"result":%s,"jsonrpc":"2.0"}' % _R,
+    "reordered": b'{"jsonrpc":"2.0","id":1,"result":%s}' % _R,
+    "spaced": b'{"id": 1, "result": %s, "jsonrpc": "2.0"}' % _R,
+    "wrong-result-type": b'{"id":1,"result":{"protocol_version":"1","pid":2},"jsonrpc":"2.0"}',
+    "result-missing-member": b'{"id":1,"result":{"pid":2},"jsonrpc":"2.0"}',
+    "unknown-member": b'{"id":1,"result":%s,"jsonrpc":"2.0","extra":1}' % _R,
+    "no-jsonrpc": b'{"id":1,"result":%s}' % _R,
+    "jsonrpc-1.0": b'{"id":1,"result":%s,"jsonrpc":"1.0"}' % _R,
+    "repeated-id": b'{"id":1,"result":%s,"id":2,"jsonrpc":"2.0"}' % _R,
+    "repeated-id-same": b'{"id":1,"result":%s,"id":1,"jsonrpc":"2.0"}' % _R,
+    "result-and-error": b'{"id":1,"result":%s,"error":{"code":1,"message":"m"},"jsonrpc":"2.0"}' % _R,
+    "never-sent-id": b'{"id":7,"result":%s,"jsonrpc":"2.0"}' % _R,
+    "zero-id": b'{"id":0,"result":%s,"jsonrpc":"2.0"}' % _R,
+    "leading-zero-id": b'{"id":01,"result":%s,"jsonrpc":"2.0"}' % _R,
+    "huge-id": b'{"id":123456789012345678901234567890,"result":%s,"jsonrpc":"2.0"}' % _R,
+    "string-id": b'{"id":"1","result":%s,"jsonrpc":"2.0"}' % _R,
+    "trailing-garbage": b'{"id":1,"result":%s,"jsonrpc":"2.0"} x' % _R,
+    "truncated": b'{"id":1,"result":%s,"jsonrpc":"2.0"' % _R,
+    "error-answer": b'{"id":1,"error":{"code":-32000,"message":"m"},"jsonrpc":"2.0"}',
+}
+
+
+def _answer_outcome(body: bytes, *, typed: bool, abandon: bool = False) -> tuple[object, p.State, tuple[int, ...]]:
+    host, worker = pair()
+    req_id, data = host.send_request(p.INITIALIZE, INIT)
+    deliver(data, worker)
+    if abandon:
+        host.abandon(req_id)
+    if not typed:
+        host._typed_answer = lambda body: None  # type: ignore[method-assign]
+    try:
+        outcome: object = deliver(len(body).to_bytes(4, "big") + body, host)
+    except p.RemoteProtocolError as exc:
+        outcome = ("RemoteProtocolError", str(exc))
+    return outcome, state(host), outstanding(host)
+
+
+@pytest.mark.parametrize("body", ANSWER_BODIES.values(), ids=ANSWER_BODIES.keys())
+@pytest.mark.parametrize("abandon", [False, True], ids=["waiting", "abandoned"])
+def test_the_typed_path_gives_the_general_paths_answer(body: bytes, abandon: bool) -> None:
+    assert _answer_outcome(body, typed=True, abandon=abandon) == _answer_outcome(body, typed=False, abandon=abandon)
+
+
+def test_an_answer_as_this_side_encodes_it_takes_the_typed_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    host, worker = pair()
+    req_id, data = host.send_request(p.INITIALIZE, INIT)
+    deliver(data, worker)
+    reply = worker.send_result(req_id, p.InitializeResult(protocol_version=1, pid=2))
+    monkeypatch.setattr(_connection, "decode_message", lambda body: pytest.fail("decoded twice"))
+    (event,) = deliver(reply, host)
+    assert event == p.ResultReceived(
+        id=req_id, method=p.INITIALIZE, result=p.InitializeResult(protocol_version=1, pid=2)
+    )
+    assert state(host) is p.State.READY and outstanding(host) == ()
+
+
+def test_a_payload_is_encoded_once_with_its_frame_and_reads_as_if_encoded_ahead() -> None:
+    host, worker = pair(p.State.LOADED)
+    req_id, data = host.send_request(p.CALL, CALL)
+    deliver(data, worker)
+    result = p.CallResult(content=[{"type": "text", "text": "é" * 10}], details={"n": [1, 2]})
+    direct = worker.send_result(req_id, result)
+    assert direct == p.encode_message(p.Response(id=req_id, result=p.encode_value(result)))
+    (event,) = deliver(direct, host)
+    assert isinstance(event, p.ResultReceived) and event.result == result
+
+
+def test_a_payload_json_cannot_carry_is_a_local_error_naming_it_and_nothing_is_sent() -> None:
+    host, worker = pair(p.State.LOADED)
+    req_id, data = host.send_request(p.CALL, CALL)
+    deliver(data, worker)
+    with pytest.raises(p.NotSerialisable, match=r"^call result is not JSON-serialisable") as exc:
+        worker.send_result(req_id, p.CallResult(content=[], details={"x": object()}))
+    assert exc.value.what == "call result is" and isinstance(exc.value, p.LocalProtocolError)
+    assert worker.unanswered == (req_id,)
+    worker.send_result(req_id, p.CallResult(content=[]))
 
 
 # --- rule 4: this side's mistakes are LocalProtocolError and change nothing ----------------------

@@ -7,7 +7,9 @@ cancels an async tool's task through :class:`AsyncBridge`), SIGTERM raises
 cancel that arrived before its call starts it already aborted.
 
 An outcome is a result for ``send_result`` (a Struct, or Raw already encoded)
-or an :class:`ErrorObject` for ``send_error_object``.
+or an :class:`ErrorObject` for ``send_error_object``. A call's result is not
+encoded here: ``send_reply`` encodes it once, into its frame, and words the
+error if its details are not JSON.
 """
 
 from __future__ import annotations
@@ -177,15 +179,8 @@ def execute(
                 value = bridge.run(value, call)
         finally:
             call.in_tool = False
-        result = normalize_result(value)
-        try:
-            return encode_value(result)
-        except (TypeError, msgspec.EncodeError) as exc:
-            return error_object(
-                ErrorCode.TOOL_ERROR,
-                f"the result's details are not JSON-serialisable: {exc}; return only dicts, lists, "
-                "strings, numbers, booleans and None",
-            )
+        # Encoded by send_reply, once, straight into its frame (a large result is never copied whole).
+        return normalize_result(value)
     except ResultError as exc:
         return error_object(ErrorCode.TOOL_ERROR, str(exc))
     except BaseException as exc:

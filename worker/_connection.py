@@ -42,15 +42,27 @@ from typing import Any, Final, Protocol, TypeVar
 
 import msgspec
 
+from ._decoders import answer_id, decode_answer
+from ._decoders import decoder as _decoder
+from ._events import (
+    ConnectionClosed,
+    ErrorReceived,
+    Event,
+    NotificationDropped,
+    NotificationReceived,
+    RequestReceived,
+    RequestRefused,
+    ResultReceived,
+)
 from ._frames import (
     _MAX_REPRESENTABLE,
     DEFAULT_MAX_FRAME_BYTES,
     NEED_DATA,
     FrameDecoder,
+    NotSerialisable,
     _NeedData,
     check_max_frame_bytes,
     encode_message,
-    encode_value,
 )
 from ._messages import (
     ErrorObject,
@@ -63,6 +75,7 @@ from ._messages import (
     RemoteProtocolError,
     Request,
     Response,
+    decode_message,
     error_object,
 )
 from ._methods import WORKER_PROTOCOL, Method, MethodTable, Notice, Role, State
@@ -80,77 +93,6 @@ class Encoder(Protocol):
     """How messages become bytes: :func:`encode_message` (frames) or ``encode_line`` (MCP's stdio)."""
 
     def __call__(self, message: Message, *, max_frame_bytes: int) -> bytes: ...
-
-
-# --- events -------------------------------------------------------------------------
-
-
-class RequestReceived(msgspec.Struct, frozen=True):
-    """A request of the peer's, to answer exactly once with ``send_result`` or ``send_error``."""
-
-    id: JsonRpcId
-    method: Method[Any, Any]
-    params: Any
-
-
-class NotificationReceived(msgspec.Struct, frozen=True):
-    method: Notice[Any]
-    params: Any
-
-
-class ResultReceived(msgspec.Struct, frozen=True):
-    """The answer to one of our requests, decoded into the method's result type."""
-
-    id: int
-    method: Method[Any, Any]
-    result: Any
-
-
-class ErrorReceived(msgspec.Struct, frozen=True):
-    """The error answer to one of our requests."""
-
-    id: int
-    method: Method[Any, Any]
-    error: ErrorObject
-
-
-class RequestRefused(msgspec.Struct, frozen=True):
-    """A request the table does not allow: write ``reply`` (already encoded); nothing else to do."""
-
-    id: JsonRpcId
-    method_name: str
-    error: ErrorObject
-    reply: bytes
-    reason: RefusalReason
-
-
-class NotificationDropped(msgspec.Struct, frozen=True):
-    """An unknown or out-of-state notification, ignored as JSON-RPC allows."""
-
-    method_name: str
-    reason: str
-
-
-class ConnectionClosed(msgspec.Struct, frozen=True):
-    """End of stream: ``outstanding`` are our requests that will never be answered."""
-
-    outstanding: tuple[int, ...]
-
-
-Event = (
-    RequestReceived | NotificationReceived | ResultReceived | ErrorReceived | RequestRefused | NotificationDropped
-    | ConnectionClosed
-)  # fmt: skip
-
-_DECODERS: dict[Any, msgspec.json.Decoder[Any]] = {}
-_NONE_TYPE: Final = type(None)
-
-
-def _decoder(tp: Any) -> msgspec.json.Decoder[Any]:
-    decoder = _DECODERS.get(tp)
-    if decoder is None:
-        decoder = _DECODERS[tp] = msgspec.json.Decoder(tp)
-    return decoder
 
 
 def _checkable(tp: Any) -> type | None:
@@ -257,8 +199,8 @@ class Connection:
         """Register a request of ours and return its id and bytes. Ids are 1, 2, 3, ..."""
         self._check_send(method, self._table.requests.get(method.name), method.sender, method.allowed)
         req_id = self._last_id + 1
-        raw = self._encode_payload(method.params, params, f"{method.name} params")
-        data = self._frame(Request(id=req_id, method=method.name, params=raw))
+        self._check_payload(method.params, params, f"{method.name} params")
+        data = self._frame(Request(id=req_id, method=method.name, params=params), f"{method.name} params are")
         self._last_id = req_id
         self._outstanding[req_id] = method
         self._advance(method.on_request)
@@ -266,16 +208,16 @@ class Connection:
 
     def send_notification(self, notice: Notice[P], params: P | msgspec.Raw) -> bytes:
         self._check_send(notice, self._table.notices.get(notice.name), notice.sender, notice.allowed)
-        raw = self._encode_payload(notice.params, params, f"{notice.name} params")
-        data = self._frame(Notification(method=notice.name, params=raw))
+        self._check_payload(notice.params, params, f"{notice.name} params")
+        data = self._frame(Notification(method=notice.name, params=params), f"{notice.name} params are")
         self._advance(notice.on_receive)
         return data
 
     def send_result(self, request_id: JsonRpcId, result: Any) -> bytes:
         """Answer the peer's request ``request_id`` with ``result`` (its method's result type, or Raw)."""
         method = self._answering(request_id)
-        raw = self._encode_payload(method.result, result, f"{method.name} result")
-        data = self._frame(Response(id=request_id, result=raw))
+        self._check_payload(method.result, result, f"{method.name} result")
+        data = self._frame(Response(id=request_id, result=result), f"{method.name} result is")
         del self._unanswered[request_id]
         self._advance(method.on_result)
         return data
@@ -287,7 +229,7 @@ class Connection:
     def send_error_object(self, request_id: JsonRpcId, error: ErrorObject) -> bytes:
         """Answer the peer's request with this exact error object (e.g. without ``data``)."""
         self._answering(request_id)
-        data = self._frame(ErrorResponse(id=request_id, error=error))
+        data = self._frame(ErrorResponse(id=request_id, error=error), "error object is")
         del self._unanswered[request_id]
         return data
 
@@ -335,6 +277,26 @@ class Connection:
             self._eof = True
         self._decoder.receive_data(data)
 
+    def receive_buffer(self, size: int = 1 << 16) -> memoryview:
+        """A view to read the next bytes from the peer into (``FrameDecoder.receive_buffer``); then :meth:`received`."""
+        if self._error is not None:
+            raise self._error
+        if self._eof:
+            raise LocalProtocolError("receive_buffer() called after end of stream")
+        return self._decoder.receive_buffer(size)
+
+    def received(self, n: int) -> None:
+        """``n`` bytes were read into the view from :meth:`receive_buffer`; 0 means the stream ended."""
+        if self._error is not None:
+            raise self._error
+        if self._eof:
+            if not n:
+                return
+            raise LocalProtocolError("received() called after end of stream")
+        if not n:
+            self._eof = True
+        self._decoder.received(n)
+
     def receive_message(self, message: Message) -> None:
         """A whole message, for transports that split and decode messages themselves."""
         if self._error is not None:
@@ -356,12 +318,15 @@ class Connection:
                 msg = self._inbox.popleft()
             else:
                 try:
-                    decoded = self._decoder.next_message()
+                    body = self._decoder.next_body()
+                    if isinstance(body, _NeedData):
+                        return self._end() if self._eof else NEED_DATA
+                    answer = self._typed_answer(body)
+                    if answer is not None:
+                        return answer
+                    msg = decode_message(body)
                 except RemoteProtocolError as exc:
                     raise self._fail(exc) from None
-                if isinstance(decoded, _NeedData):
-                    return self._end() if self._eof else NEED_DATA
-                msg = decoded
             try:
                 event = self._handle(msg)
             except RemoteProtocolError as exc:
@@ -381,25 +346,34 @@ class Connection:
         if self._state not in allowed:
             raise LocalProtocolError(f"cannot send {what!r} while the connection is {self._state.name}")
 
-    def _encode_payload(self, tp: Any, value: Any, what: str) -> msgspec.Raw:
-        if isinstance(value, msgspec.Raw):
-            return value
+    def _check_payload(self, tp: Any, value: Any, what: str) -> None:
         cls = _checkable(tp)
-        if cls is not None and not isinstance(value, cls):
+        if cls is not None and not isinstance(value, (cls, msgspec.Raw)):
             raise LocalProtocolError(f"{what} must be {cls.__name__}, not {type(value).__name__}")
-        try:
-            return encode_value(value)
-        except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as exc:
-            raise LocalProtocolError(f"{what} are not JSON-serialisable: {exc}") from None
 
-    def _frame(self, message: Message) -> bytes:
+    def _frame(self, message: Message, what: str) -> bytes:
+        """The frame of ``message``, its payload encoded in the same pass (once, straight into the frame)."""
         try:
             limit = self.max_send_bytes
             return self._encode(message, max_frame_bytes=_MAX_REPRESENTABLE if limit is None else limit)
         except LocalProtocolError:
             raise
         except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as exc:
-            raise LocalProtocolError(f"message is not JSON-serialisable: {exc}") from None
+            # Only the payload can fail: ids, names and codes were checked already.
+            raise NotSerialisable(what, exc) from None
+
+    def _typed_answer(self, body: bytearray | memoryview) -> ResultReceived | None:
+        """A result to one of our requests, in one decode of the whole body (``_decoders``); None: the general path."""
+        rid = answer_id(body)
+        method = None if rid is None else self._outstanding.get(rid)
+        if rid is None or method is None:
+            return None  # not this shape, or abandoned, or not ours: the general path decides
+        decoded = decode_answer(method.result, body, rid)
+        if decoded is None:
+            return None
+        del self._outstanding[rid]
+        self._advance(method.on_result)
+        return ResultReceived(id=rid, method=method, result=decoded[0])
 
     def _answering(self, request_id: JsonRpcId) -> Method[Any, Any]:
         method = self._unanswered.get(request_id)

@@ -43,7 +43,7 @@ from ._connection import (
     RequestRefused,
     ResultReceived,
 )
-from ._frames import FrameTooLarge, encode_value
+from ._frames import FrameTooLarge, NotSerialisable, encode_value
 from ._inbox import Inbox
 from ._messages import ErrorCode, ErrorObject, LocalProtocolError, RemoteProtocolError, error_object
 from ._signal import ToolCancelled
@@ -243,6 +243,12 @@ class Worker:
                 "return less data (or raise the host's max_frame_bytes)"
             )
             self.channel.send(lambda conn: conn.send_error(req_id, ErrorCode.LIMIT_EXCEEDED, message, limit="output"))
+        except NotSerialisable as exc:  # only a result's details can be: its content was normalised
+            message = (
+                f"the result's details are not JSON-serialisable: {exc.reason}; return only dicts, lists, "
+                "strings, numbers, booleans and None"
+            )
+            self.channel.send(lambda conn: conn.send_error(req_id, ErrorCode.TOOL_ERROR, message))
         except LocalProtocolError as exc:  # a result its method's type does not allow: a bug here
             message = str(exc)
             self.channel.send(lambda conn: conn.send_error(req_id, ErrorCode.TOOL_ERROR, message))

@@ -2,7 +2,9 @@
 
 Rule 3 of the protocol: ``params`` and ``result`` stay as :class:`msgspec.Raw`
 until the receiver knows what they should be, so each side decodes them
-exactly once, into the type the method calls for (see ``_methods.py``).
+exactly once, into the type the method calls for (see ``_methods.py``). A
+sender puts the value itself in them (or Raw it encoded earlier), so that it
+is encoded once, in the same pass as its frame.
 """
 
 from __future__ import annotations
@@ -132,7 +134,7 @@ class Request(msgspec.Struct, frozen=True):
 
     id: JsonRpcId
     method: str
-    params: msgspec.Raw = msgspec.Raw(b"{}")
+    params: Any = msgspec.Raw(b"{}")  # msgspec.Raw when received (Rule 3)
     jsonrpc: Literal["2.0"] = "2.0"
 
 
@@ -140,7 +142,7 @@ class Notification(msgspec.Struct, frozen=True):
     """A one-way message: no ``id``, never answered."""
 
     method: str
-    params: msgspec.Raw = msgspec.Raw(b"{}")
+    params: Any = msgspec.Raw(b"{}")  # msgspec.Raw when received (Rule 3)
     jsonrpc: Literal["2.0"] = "2.0"
 
 
@@ -148,7 +150,7 @@ class Response(msgspec.Struct, frozen=True):
     """A successful answer to the :class:`Request` with the same ``id``."""
 
     id: JsonRpcId
-    result: msgspec.Raw
+    result: Any  # msgspec.Raw when received (Rule 3)
     jsonrpc: Literal["2.0"] = "2.0"
 
 

@@ -1,6 +1,7 @@
 """Well-behaved tools used across the tests (sync, async, streaming, big results)."""
 
 import asyncio
+import fcntl
 import os
 import sys
 
@@ -66,6 +67,7 @@ def factory(api):
 
     def environment(tool_call_id, params, on_update, ctx, signal):
         fds = sorted(int(fd) for fd in os.listdir("/proc/self/fd"))
+        protocol = [int(sys.argv[sys.argv.index(flag) + 1]) for flag in ("--fd-in", "--fd-out")]
         return {
             "content": [],
             "details": {
@@ -77,6 +79,7 @@ def factory(api):
                 "pid": os.getpid(),
                 "sid": os.getsid(0),
                 "cwd": api.cwd,
+                "pipe_sizes": [fcntl.fcntl(fd, 1032) for fd in protocol],  # F_GETPIPE_SZ
             },
         }
 
