@@ -37,7 +37,7 @@ from ._boundary import Boundary
 from ._errors import RemoteError, RemoteProtocolError, RemoteRequestRefused, WorkerDied, WorkerStartupError
 from ._faults import fault_point
 from ._forkserver import ForkServer
-from ._output import READ_CHUNK, OutputTail
+from ._output import OutputTail
 from ._process import SupervisedProcess, write_some
 from ._teardown import TeardownStats
 from ._worker_api import InFlight, PoolWorker, UpdateHandler
@@ -57,6 +57,7 @@ P = TypeVar("P")
 R = TypeVar("R")
 
 _ids = itertools.count(1)
+_SCRATCH_BYTES: Final = 1 << 16  # a read of a small message; a larger one is read into its own buffer
 _GONE: Final = (p.State.CLOSED, p.State.ERROR)
 
 RequestHandler = Callable[["WorkerProcess", p.RequestReceived], Awaitable[Any]]
@@ -238,13 +239,18 @@ class WorkerProcess:
         try:
             while True:
                 await trio.lowlevel.wait_readable(fd)
+                # Straight into the frame being received when much of it is
+                # missing: a large result lands where it is decoded from.
+                view = self._conn.receive_buffer(_SCRATCH_BYTES)
                 try:
-                    data = os.read(fd, READ_CHUNK)
+                    n = os.readv(fd, [view])
                 except BlockingIOError:  # woken for nothing: wait again
                     continue
                 except OSError:
-                    data = b""
-                self._conn.receive_data(data)
+                    n = 0
+                finally:
+                    view.release()
+                self._conn.received(n)
                 while not isinstance(event := self._conn.next_event(), p._NeedData):
                     self._dispatch(event)
                     if isinstance(event, p.ConnectionClosed):
