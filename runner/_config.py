@@ -87,7 +87,11 @@ class RunnerConfig:
             defines it is known and every module before it in precedence is
             settled. Modules after it cannot change which tool the name
             means, so a slow or looping one costs nothing; they are not
-            loaded and ``tools``/``errors`` leave them out.
+            loaded and ``tools``/``errors`` leave them out. When the module
+            cache answers for every module up to the defining one (each
+            one's content unchanged), the sources after it are not even
+            read: no entry-point scan, no configured path, and no warning
+            about them; ``list`` still reads them all.
     """
 
     cwd: str | None = None
