@@ -40,17 +40,27 @@ def _pthread_without_ldconfig(original: Callable[[str], str | None]) -> Callable
 
 
 def import_trio() -> None:
-    """Import trio, without the ``ldconfig`` subprocess its import would start."""
+    """Import trio, without the ``ldconfig`` subprocess its import would start, and without collecting.
+
+    The import allocates a few hundred thousand objects (trio, attrs, ssl),
+    none of them garbage, and the cyclic collector would walk them many times
+    over: pausing it saves a tenth of the import's CPU time.
+    """
     if "trio" in sys.modules:
         return
     import ctypes.util
+    import gc
 
     original = ctypes.util.find_library
+    collecting = gc.isenabled()
     ctypes.util.find_library = _pthread_without_ldconfig(original)  # type: ignore[assignment]
+    gc.disable()
     try:
         import trio  # noqa: F401
     finally:
         ctypes.util.find_library = original
+        if collecting:
+            gc.enable()
 
 
 import_trio()
