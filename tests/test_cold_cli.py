@@ -76,7 +76,7 @@ def project(tmp_path: Path, import_log: Path) -> Path:
     return folder
 
 
-def test_a_cached_list_starts_no_process(project: Path, tmp_path: Path) -> None:
+def test_a_cached_list_or_describe_starts_no_process(project: Path, tmp_path: Path) -> None:
     first, spawned = counted(project, tmp_path, "list", "--json")
     assert first.returncode == 0, first.stderr
     assert sum(is_worker(argv) for _, argv in spawned) == 2  # the hook sees process starts: one per module
@@ -84,6 +84,10 @@ def test_a_cached_list_starts_no_process(project: Path, tmp_path: Path) -> None:
     assert cached.returncode == 0, cached.stderr
     assert spawned == []  # no worker, no ldconfig, nothing
     assert json.loads(cached.stdout) == json.loads(first.stdout)
+    described, spawned = counted(project, tmp_path, "describe", "wave")
+    assert described.returncode == 0, described.stderr
+    assert json.loads(described.stdout)["name"] == "wave"
+    assert spawned == []
 
 
 @pytest.mark.parametrize("cache", ["warm", "cold"])
