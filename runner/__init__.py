@@ -11,10 +11,11 @@ cancellation ladder) and ``_bridge`` carries the host API; ``_host`` is the
 over this public API.
 """
 
+import typing as _typing
+
+# First, before anything imports trio: it keeps trio's import from running /sbin/ldconfig.
+from . import _startup  # noqa: F401
 from ._config import RunnerConfig as RunnerConfig
-from ._custom_tools import CustomToolsLoadResult as CustomToolsLoadResult
-from ._custom_tools import discover_and_load_custom_tools as discover_and_load_custom_tools
-from ._custom_tools import load_custom_tools as load_custom_tools
 from ._discovery import Candidate as Candidate
 from ._discovery import ToolSource as ToolSource
 from ._discovery import discover_custom_tool_paths as discover_custom_tool_paths
@@ -26,12 +27,6 @@ from ._errors import RunnerError as RunnerError
 from ._errors import WorkerDied as WorkerDied
 from ._errors import WorkerError as WorkerError
 from ._errors import WorkerStartupError as WorkerStartupError
-from ._fuzz import assert_fuzz_clean as assert_fuzz_clean
-from ._fuzz import fuzz_tool as fuzz_tool
-from ._fuzz import fuzz_tool_sync as fuzz_tool_sync
-from ._fuzz_report import FuzzFailure as FuzzFailure
-from ._fuzz_report import FuzzReport as FuzzReport
-from ._fuzz_report import PropertyReport as PropertyReport
 from ._host import LoadError as LoadError
 from ._host import Runner as Runner
 from ._host import RunnerStatistics as RunnerStatistics
@@ -42,12 +37,23 @@ from ._results import ErrorKind as ErrorKind
 from ._results import ToolResult as ToolResult
 from ._sandbox import SandboxPolicy as SandboxPolicy
 from ._sandbox import SandboxUnavailable as SandboxUnavailable
-from ._sync import AsyncioRunner as AsyncioRunner
-from ._sync import BlockingRunner as BlockingRunner
-from ._sync import open_asyncio_runner as open_asyncio_runner
-from ._sync import open_blocking_runner as open_blocking_runner
-from ._sync import run_tool_sync as run_tool_sync
 from ._version import __version__ as __version__
+
+if _typing.TYPE_CHECKING:
+    from ._custom_tools import CustomToolsLoadResult as CustomToolsLoadResult
+    from ._custom_tools import discover_and_load_custom_tools as discover_and_load_custom_tools
+    from ._custom_tools import load_custom_tools as load_custom_tools
+    from ._fuzz import assert_fuzz_clean as assert_fuzz_clean
+    from ._fuzz import fuzz_tool as fuzz_tool
+    from ._fuzz import fuzz_tool_sync as fuzz_tool_sync
+    from ._fuzz_report import FuzzFailure as FuzzFailure
+    from ._fuzz_report import FuzzReport as FuzzReport
+    from ._fuzz_report import PropertyReport as PropertyReport
+    from ._sync import AsyncioRunner as AsyncioRunner
+    from ._sync import BlockingRunner as BlockingRunner
+    from ._sync import open_asyncio_runner as open_asyncio_runner
+    from ._sync import open_blocking_runner as open_blocking_runner
+    from ._sync import run_tool_sync as run_tool_sync
 
 __all__ = [
     "AsyncioRunner",
@@ -88,10 +94,52 @@ __all__ = [
     "run_tool_sync",
 ]
 
-for _name in __all__:
-    _obj = globals()[_name]
-    if getattr(_obj, "__module__", "").startswith("runner._"):
+# The front ends are imported on first use: a `run` or a `list` needs neither
+# the fuzzer nor the blocking wrappers, and a cold command pays for every import.
+_LAZY: _typing.Final = {
+    "CustomToolsLoadResult": "._custom_tools",
+    "discover_and_load_custom_tools": "._custom_tools",
+    "load_custom_tools": "._custom_tools",
+    "assert_fuzz_clean": "._fuzz",
+    "fuzz_tool": "._fuzz",
+    "fuzz_tool_sync": "._fuzz",
+    "FuzzFailure": "._fuzz_report",
+    "FuzzReport": "._fuzz_report",
+    "PropertyReport": "._fuzz_report",
+    "AsyncioRunner": "._sync",
+    "BlockingRunner": "._sync",
+    "open_asyncio_runner": "._sync",
+    "open_blocking_runner": "._sync",
+    "run_tool_sync": "._sync",
+}
+
+
+def _public(obj: _typing.Any) -> _typing.Any:
+    if getattr(obj, "__module__", "").startswith("runner._"):
         try:
-            _obj.__module__ = "runner"
+            obj.__module__ = "runner"
         except (AttributeError, TypeError):  # pragma: no cover - some types refuse
             pass
+    return obj
+
+
+def __getattr__(name: str) -> _typing.Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'runner' has no attribute {name!r}")
+    import importlib
+
+    loaded = importlib.import_module(module, __name__)
+    for other, where in _LAZY.items():
+        if where == module:
+            globals()[other] = _public(getattr(loaded, other))
+    return globals()[name]
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+for _name in __all__:
+    if _name not in _LAZY:
+        _public(globals()[_name])

@@ -10,13 +10,14 @@ the commands print, in ``_cli_output``; SIGINT and SIGTERM, in ``_signals``.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import trio
 import typer
@@ -36,12 +37,10 @@ from ._cli_options import (
     with_sandbox_options,
 )
 from ._cli_output import Status, emit_ndjson, print_text, source_label, warn
-from ._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT
+from ._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT, DEFAULT_MAX_MESSAGE_BYTES
 from ._errors import RunnerError
-from ._fuzz import fuzz_tool
 from ._fuzz_report import COMMANDS, FuzzReport
 from ._host import open_runner
-from ._mcp import DEFAULT_MAX_MESSAGE_BYTES, serve_stdio
 from ._results import ToolResult
 from ._sandbox import SandboxPolicy
 from ._signals import Signals, watching_signals
@@ -313,8 +312,9 @@ def serve_command(
     sandbox: SandboxPolicy,
 ) -> None:
     """Serve every tool over the Model Context Protocol on stdin/stdout (for MCP clients)."""
-    configure_log_file(log_file, also_stderr=True)
+    from ._mcp import serve_stdio  # only this command needs the MCP server
 
+    configure_log_file(log_file, also_stderr=True)
     check_seconds(timeout=timeout, grace=grace, load_timeout=load_timeout)
     if max_message_bytes < 1024:
         fail(f"--max-message-bytes must be at least 1024, got {max_message_bytes}")
@@ -371,6 +371,7 @@ def fuzz_command(
     if examples < 1:
         fail(f"--examples must be at least 1, got {examples}")
     check_seconds(timeout=timeout, load_timeout=load_timeout)
+    from ._fuzz import fuzz_tool  # only this command needs the fuzzer
 
     async def main(_: Signals) -> FuzzReport:
         # A signal cancels the run; the call in flight stops through the ladder.
@@ -402,12 +403,47 @@ def _with_default_command(argv: list[str]) -> Iterator[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point."""
+    """Console entry point; with ``argv`` None (the ``xcsh-run`` script), the process ends here."""
+    if argv is not None:
+        _main(argv)
+        return
     try:
-        args = list(_with_default_command(sys.argv[1:] if argv is None else argv))
-        app(args=args, prog_name="xcsh-run")
+        _main(sys.argv[1:])
+    except SystemExit as exc:
+        _exit_now(exc.code)
+    _exit_now(0)
+
+
+def _main(argv: list[str]) -> None:
+    try:
+        app(args=list(_with_default_command(argv)), prog_name="xcsh-run")
     except KeyboardInterrupt:
         # A Ctrl-C before any command started (typer turns one inside a
         # command into a silent exit 130): no worker exists yet.
         typer.echo("xcsh-run: interrupted by SIGINT", err=True)
         raise SystemExit(int(ExitCode.CANCELLED))
+
+
+def _exit_now(code: object) -> NoReturn:
+    """Exit as ``sys.exit(code)`` would, without tearing the interpreter down.
+
+    Every worker is gone and the output is written by now: what is left of a
+    normal exit is freeing every object and module one by one, a tenth of a
+    second of a cold command. The atexit handlers still run (they close the
+    log file), and the streams are flushed, a failure of which exits 120 as
+    Python's own exit does.
+    """
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code
+    else:
+        print(code, file=sys.stderr)
+        status = 1
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (`xcsh-run list | head -1`), a closed stream
+            status = status or 120
+    os._exit(status)

@@ -29,6 +29,7 @@ DEFAULT_MAX_WORKER_RSS_MB: Final = 1024
 DEFAULT_SPARE_WORKERS: Final = 1
 # Off unless XCSH_RUN_FORKSERVER=1 (how the test suite runs every test with it on).
 DEFAULT_FORKSERVER: Final = os.environ.get("XCSH_RUN_FORKSERVER") == "1"
+DEFAULT_MAX_MESSAGE_BYTES: Final = 16 * 2**20  # the MCP server's longest message
 MIN_FRAME_BYTES: Final = 1024
 MAX_FRAME_BYTES: Final = 2**32 - 1
 
@@ -96,7 +97,11 @@ class RunnerConfig:
             defines it is known and every module before it in precedence is
             settled. Modules after it cannot change which tool the name
             means, so a slow or looping one costs nothing; they are not
-            loaded and ``tools``/``errors`` leave them out.
+            loaded and ``tools``/``errors`` leave them out. When the module
+            cache answers for every module up to the defining one (each
+            one's content unchanged), the sources after it are not even
+            read: no entry-point scan, no configured path, and no warning
+            about them; ``list`` still reads them all.
     """
 
     cwd: str | None = None

@@ -301,6 +301,76 @@ def entry_point_candidates(home: Path, warnings: list[str]) -> Iterator[Candidat
 # --- all together -------------------------------------------------------------------
 
 
+def walk(
+    configured_paths: Sequence[str],
+    cwd: str,
+    warnings: list[str],
+    *,
+    home: str | None = None,
+    include_sources: bool = True,
+    cache_dir: Path | None = None,
+) -> Iterator[Candidate | Shadowed]:
+    """:func:`discover`, one module at a time, in precedence order; ``warnings`` grows as sources are read.
+
+    A source is read only when the walk reaches it: a caller that stops early
+    (the tool it wants is settled) never lists, parses or scans what comes after.
+    """
+    home_path = Path(home if home is not None else os.path.expanduser("~"))
+    cwd_path = Path(cwd)
+    seen: set[str] = set()
+    names: dict[str, str] = {}
+
+    def place(paths: Iterable[Path], source: ToolSource, *, by_name: bool) -> Iterator[Candidate | Shadowed]:
+        for path in paths:
+            resolved = os.path.realpath(path)
+            if resolved in seen:
+                continue
+            seen.add(resolved)
+            candidate = Candidate(path=str(path), resolved=resolved, source=source)
+            if by_name:
+                first = names.get(candidate.name)
+                if first is not None:
+                    yield Shadowed(path=str(path), source=source, shadowed_by=first)
+                    continue
+                names[candidate.name] = str(path)
+            yield candidate
+
+    if include_sources:
+        yield from place(
+            modules_in(cwd_path / ".xcsh" / "tools"), ToolSource("native", "xcsh", "project"), by_name=True
+        )
+        yield from place(
+            modules_in(home_path / ".xcsh" / "agent" / "tools"), ToolSource("native", "xcsh", "user"), by_name=True
+        )
+        yield from place(
+            modules_in(home_path / ".claude" / "tools"), ToolSource("claude", "Claude", "user"), by_name=True
+        )
+        yield from place(
+            modules_in(cwd_path / ".claude" / "tools"), ToolSource("claude", "Claude", "project"), by_name=True
+        )
+        for plugin_id, install, level in plugin_roots(cwd_path, home_path, warnings):
+            yield from place(
+                modules_in(install / "tools"), ToolSource("claude-plugins", plugin_id, level), by_name=True
+            )
+        yield from place(modules_in(home_path / ".codex" / "tools"), ToolSource("codex", "Codex", "user"), by_name=True)
+        yield from place(
+            modules_in(cwd_path / ".codex" / "tools"), ToolSource("codex", "Codex", "project"), by_name=True
+        )
+        for candidate in cached_entry_point_candidates(home_path, warnings, cache_dir):
+            if candidate.resolved not in seen:
+                seen.add(candidate.resolved)
+                yield candidate
+    config = ToolSource("config", "Config", "project")
+    for configured in configured_paths:
+        path = expand(configured, cwd, str(home_path))
+        if path.is_dir() and not (path / "__init__.py").is_file():
+            yield from place(modules_in(path), config, by_name=False)
+        else:
+            # A named file is taken as asked, even if it is not a .py file, so
+            # that the user gets a precise load error instead of silence.
+            yield from place([path], config, by_name=False)
+
+
 def discover(
     configured_paths: Sequence[str],
     cwd: str,
@@ -318,52 +388,21 @@ def discover(
         include_sources: False searches only ``configured_paths`` (``load_custom_tools``).
         cache_dir: where the scan of installed entry points is remembered (None: scan every time).
     """
-    home_path = Path(home if home is not None else os.path.expanduser("~"))
-    cwd_path = Path(cwd)
     warnings: list[str] = []
-    seen: set[str] = set()
-    names: dict[str, str] = {}
-    out: list[Candidate] = []
+    walked = walk(configured_paths, cwd, warnings, home=home, include_sources=include_sources, cache_dir=cache_dir)
+    return collect(walked, warnings)
+
+
+def collect(walked: Iterable[Candidate | Shadowed], warnings: list[str]) -> Discovery:
+    """What :func:`walk` yields (all of it, or as far as the caller went), as one :class:`Discovery`."""
+    candidates: list[Candidate] = []
     shadowed: list[Shadowed] = []
-
-    def add(paths: Iterable[Path], source: ToolSource, *, by_name: bool) -> None:
-        for path in paths:
-            resolved = os.path.realpath(path)
-            if resolved in seen:
-                continue
-            seen.add(resolved)
-            candidate = Candidate(path=str(path), resolved=resolved, source=source)
-            if by_name:
-                first = names.get(candidate.name)
-                if first is not None:
-                    shadowed.append(Shadowed(path=str(path), source=source, shadowed_by=first))
-                    continue
-                names[candidate.name] = str(path)
-            out.append(candidate)
-
-    if include_sources:
-        add(modules_in(cwd_path / ".xcsh" / "tools"), ToolSource("native", "xcsh", "project"), by_name=True)
-        add(modules_in(home_path / ".xcsh" / "agent" / "tools"), ToolSource("native", "xcsh", "user"), by_name=True)
-        add(modules_in(home_path / ".claude" / "tools"), ToolSource("claude", "Claude", "user"), by_name=True)
-        add(modules_in(cwd_path / ".claude" / "tools"), ToolSource("claude", "Claude", "project"), by_name=True)
-        for plugin_id, install, level in plugin_roots(cwd_path, home_path, warnings):
-            add(modules_in(install / "tools"), ToolSource("claude-plugins", plugin_id, level), by_name=True)
-        add(modules_in(home_path / ".codex" / "tools"), ToolSource("codex", "Codex", "user"), by_name=True)
-        add(modules_in(cwd_path / ".codex" / "tools"), ToolSource("codex", "Codex", "project"), by_name=True)
-        for candidate in cached_entry_point_candidates(home_path, warnings, cache_dir):
-            if candidate.resolved not in seen:
-                seen.add(candidate.resolved)
-                out.append(candidate)
-    config = ToolSource("config", "Config", "project")
-    for configured in configured_paths:
-        path = expand(configured, cwd, str(home_path))
-        if path.is_dir() and not (path / "__init__.py").is_file():
-            add(modules_in(path), config, by_name=False)
+    for found in walked:
+        if isinstance(found, Shadowed):
+            shadowed.append(found)
         else:
-            # A named file is taken as asked, even if it is not a .py file, so
-            # that the user gets a precise load error instead of silence.
-            add([path], config, by_name=False)
-    return Discovery(candidates=out, shadowed=shadowed, warnings=warnings)
+            candidates.append(found)
+    return Discovery(candidates=candidates, shadowed=shadowed, warnings=warnings)
 
 
 def discover_custom_tool_paths(configured_paths: Sequence[str], cwd: str) -> list[Candidate]:

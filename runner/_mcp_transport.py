@@ -42,9 +42,9 @@ import trio
 from worker._frames import encode_line
 from worker._messages import ErrorCode, ErrorObject, ErrorResponse, Message, Notification, Request
 
-logger = logging.getLogger("xcsh_run.mcp")
+from ._config import DEFAULT_MAX_MESSAGE_BYTES as DEFAULT_MAX_MESSAGE_BYTES
 
-DEFAULT_MAX_MESSAGE_BYTES: Final = 16 * 2**20
+logger = logging.getLogger("xcsh_run.mcp")
 
 _READ_CHUNK: Final = 65536
 # Outgoing messages wait here for the writer task (rule 2).

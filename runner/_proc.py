@@ -239,17 +239,8 @@ class WorkerProcess:
         try:
             while True:
                 await trio.lowlevel.wait_readable(fd)
-                # Straight into the frame being received when much of it is
-                # missing: a large result lands where it is decoded from.
-                view = self._conn.receive_buffer(_SCRATCH_BYTES)
-                try:
-                    n = os.readv(fd, [view])
-                except BlockingIOError:  # woken for nothing: wait again
+                if (n := _read_some(self._conn, fd)) is None:  # woken for nothing: wait again
                     continue
-                except OSError:
-                    n = 0
-                finally:
-                    view.release()
                 self._conn.received(n)
                 while not isinstance(event := self._conn.next_event(), p._NeedData):
                     self._dispatch(event)
@@ -470,6 +461,21 @@ class WorkerProcess:
             return self._conn.send_notification(notice, params)
 
         await self._write_quietly(frame)
+
+
+def _read_some(conn: p.Connection, fd: int) -> int | None:
+    """One read for ``conn``: bytes read (0 at the end), None if none were there; then ``conn.received(n)``."""
+    # Straight into the frame being received when much of it is missing: a
+    # large result lands where it is decoded from.
+    view = conn.receive_buffer(_SCRATCH_BYTES)
+    try:
+        return os.readv(fd, [view])
+    except BlockingIOError:
+        return None
+    except OSError:
+        return 0
+    finally:
+        view.release()
 
 
 def _call_id(params: object, on_update: UpdateHandler | None) -> str | None:

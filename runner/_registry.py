@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
 
 import msgspec
@@ -21,7 +21,7 @@ from worker import _protocol as p
 
 from ._cache import CachedLoad, ModuleCache, fingerprint
 from ._config import RunnerConfig
-from ._discovery import Candidate, ToolSource, discover
+from ._discovery import Candidate, Discovery, Shadowed, ToolSource, collect, walk
 from ._errors import ConfigError, RemoteProtocolError, WorkerDied, WorkerError, WorkerStartupError, describe_exit
 from ._faults import fault_point
 from ._pool import Slot, WorkerPool
@@ -118,12 +118,25 @@ class ToolRegistry:
     ) -> None:
         """Discover modules and describe them (see ``Runner.load``)."""
         cache_dir = self._cache.directory.parent if self._cache is not None else None
-        found = await trio.to_thread.run_sync(
-            lambda: discover(
-                configured_paths, self._cwd, home=self._config.home, include_sources=discover_sources,
+
+        def walk_sources(warnings: list[str]) -> Iterator[Candidate | Shadowed]:
+            return walk(
+                configured_paths, self._cwd, warnings, home=self._config.home, include_sources=discover_sources,
                 cache_dir=cache_dir,
-            )
-        )  # fmt: skip
+            )  # fmt: skip
+
+        def discover_all() -> Discovery:
+            warnings: list[str] = []
+            return collect(walk_sources(warnings), warnings)
+
+        settled = None
+        if wanted_tool is not None and self._cache is not None:
+            # A run whose tool the cache settles reads nothing after its module.
+            settled = await trio.to_thread.run_sync(self._settle_from_cache, walk_sources, wanted_tool)
+        if settled is not None:
+            found, outcomes = settled
+        else:
+            found = await trio.to_thread.run_sync(discover_all)
         self._warnings.extend(found.warnings)
         for shadow in found.shadowed:
             message = (
@@ -131,7 +144,10 @@ class ToolRegistry:
                 "of the same name); rename one of them to load both"
             )
             self.errors.append(LoadError(shadow.path, message, shadow.source, shadowed_by=shadow.shadowed_by))
-        outcomes = await self._load_all(found.candidates, wanted_tool)
+        if settled is None:
+            outcomes = await self._load_all(found.candidates, wanted_tool)
+        else:
+            self.candidates.update((c.resolved, c) for c in found.candidates)
         for outcome in outcomes:
             if outcome is None:
                 # Cancelled once wanted_tool was decided. Nothing after it is
@@ -153,6 +169,41 @@ class ToolRegistry:
                 source=ToolSource("builtin", "xcsh-run", "user"),
                 hidden=True,
             )
+
+    def _settle_from_cache(
+        self, walk_sources: Callable[[list[str]], Iterator[Candidate | Shadowed]], wanted_tool: str
+    ) -> tuple[Discovery, list[_Outcome | None]] | None:
+        """Which module defines ``wanted_tool``, from the cache alone; None if that takes a worker.
+
+        Discovery is walked in precedence order and stops at the first module
+        that defines the name: the sources after it (the entry-point scan, the
+        configured paths) are not read, since nothing there can take the name.
+        Everything before it is read exactly as a full discovery reads it (each
+        folder listed, each path resolved), and every module on the way must
+        have a cache entry whose fingerprint is its content now; one that has
+        none (new, edited, unreadable) might define the name, and only a worker
+        can say: then None, and the caller loads as usual. So a cached answer is
+        the answer a full load would give.
+        """
+        assert self._cache is not None
+        warnings: list[str] = []
+        walked: list[Candidate | Shadowed] = []
+        outcomes: list[_Outcome | None] = []
+        for found in walk_sources(warnings):
+            walked.append(found)
+            if isinstance(found, Shadowed):
+                continue
+            outcome = _metadata_file(found)
+            if outcome is None:
+                fp = fingerprint(found, __version__)
+                cached = self._cache.get(found, fp) if fp is not None else None
+                if cached is None:
+                    return None
+                outcome = _from_load(found, cached)
+            outcomes.append(outcome)
+            if any(info.name == wanted_tool for info in outcome[0]):
+                return collect(walked, warnings), outcomes
+        return None  # not defined anywhere: the full load reports why, with every source's problems
 
     async def _load_all(self, candidates: Sequence[Candidate], wanted_tool: str | None) -> list[_Outcome | None]:
         outcomes: list[_Outcome | None] = [None] * len(candidates)
@@ -206,9 +257,9 @@ class ToolRegistry:
 
     async def _load_candidate(self, candidate: Candidate) -> _Outcome:
         path = candidate.resolved
-        if path.endswith((".md", ".json")):
-            message = f"{candidate.path}: .md and .json files are tool metadata and cannot be loaded as modules"
-            return [], [LoadError(candidate.path, message, candidate.source)]
+        refused = _metadata_file(candidate)
+        if refused is not None:
+            return refused
         fp = None
         if self._cache is not None:
             fp = await trio.to_thread.run_sync(fingerprint, candidate, __version__)
@@ -312,6 +363,25 @@ class ToolRegistry:
         if self.errors:
             message += f" ({len(self.errors)} module(s) failed to load; `xcsh-run list` shows why)"
         return error_result(ErrorKind.NOT_FOUND, message)
+
+
+def _discover(walk_sources: Callable[[list[str]], Iterator[Candidate | Shadowed]]) -> Discovery:
+    warnings: list[str] = []
+    candidates: list[Candidate] = []
+    shadowed: list[Shadowed] = []
+    for found in walk_sources(warnings):
+        if isinstance(found, Shadowed):
+            shadowed.append(found)
+        else:
+            candidates.append(found)
+    return Discovery(candidates=candidates, shadowed=shadowed, warnings=warnings)
+
+
+def _metadata_file(candidate: Candidate) -> _Outcome | None:
+    if not candidate.resolved.endswith((".md", ".json")):
+        return None
+    message = f"{candidate.path}: .md and .json files are tool metadata and cannot be loaded as modules"
+    return [], [LoadError(candidate.path, message, candidate.source)]
 
 
 def _from_load(candidate: Candidate, entry: CachedLoad) -> _Outcome:

@@ -38,6 +38,7 @@ _BASE_ENV: Final = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "USER", "LOGNAME",
 _SECRET_PATTERNS: Final = ("*KEY*", "*SECRET*", "*TOKEN*", "*PASSWORD*", "*PASSWD*", "*CREDENTIAL*", "AWS_*",
                            "*_PROXY", "*_proxy")  # fmt: skip
 _DROP_UID: Final = 65534  # nobody
+_PROBE_FORMAT: Final = 2  # part of the probe cache's key: a new way of measuring is measured again
 
 
 class SandboxUnavailable(ConfigError):
@@ -175,15 +176,17 @@ def _measure(cgroup_v2: bool, memory_cgroup: bool, pids_cgroup: bool) -> Probe:
         cgroup_v2=cgroup_v2,
         memory_cgroup=memory_cgroup,
         pids_cgroup=pids_cgroup,
-        # The venv's interpreter and its site-packages must be reachable by nobody.
-        drop_uid_ok=euid == 0 and _world_runnable(sys.executable) and _world_runnable(sys.prefix),
+        # The venv's interpreter, its site-packages and the standard library it
+        # runs on (base_prefix: a venv may copy its interpreter out of a private
+        # folder such as /root) must all be reachable by nobody.
+        drop_uid_ok=euid == 0 and all(_world_runnable(p) for p in (sys.executable, sys.prefix, sys.base_prefix)),
     )
 
 
 def probe(cache_dir: Path | None, *, cgroup_v2: bool, memory_cgroup: bool, pids_cgroup: bool) -> Probe:
     """This host's capabilities, cached per boot in ``cache_dir``."""
     key = hashlib.sha256(
-        f"{_boot_id()}\0{sys.executable}\0{os.geteuid()}\0{cgroup_v2}{memory_cgroup}{pids_cgroup}".encode()
+        f"{_PROBE_FORMAT}\0{_boot_id()}\0{sys.executable}\0{os.geteuid()}\0{cgroup_v2}{memory_cgroup}{pids_cgroup}".encode()
     ).hexdigest()[:24]
     path = cache_dir / f"probe-{key}.json" if cache_dir is not None else None
     if path is not None:

@@ -11,11 +11,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 
-from runner import discover_and_load_custom_tools, discover_custom_tool_paths, load_custom_tools
+from runner import Candidate, discover_and_load_custom_tools, discover_custom_tool_paths, load_custom_tools
 
 from .conftest import XCSH_RUN, make_runner
 
@@ -426,3 +427,80 @@ async def test_tool_removed_after_discovery_is_a_load_error(tmp_path: Path, impo
             result = await runner.call_tool("tool_a")
     assert result.kind == "load_error"
     assert "no longer defines a tool named 'tool_a'" in result.text
+
+
+# --- a run whose tool the cache settles ---------------------------------------------------
+
+
+@pytest.fixture
+def entry_point_scans(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every time discovery reaches the entry-point source (a scan, or the scan's own cache)."""
+    from runner import _discovery
+
+    scans: list[str] = []
+    real = _discovery.cached_entry_point_candidates
+
+    def counting(*args: Any, **kwargs: Any) -> list[Candidate]:
+        scans.append("scan")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_discovery, "cached_entry_point_candidates", counting)
+    return scans
+
+
+async def picked(project: Path, name: str, *paths: Path) -> tuple[str | None, int]:
+    """The module a runner opened for ``name`` calls it from, and how many workers it started."""
+    async with make_runner(*paths, cwd=project, wanted_tool=name) as runner:
+        info = runner.get_tool(name)
+        return (info.module if info is not None else None), runner.statistics().workers_started
+
+
+async def test_a_cache_settled_run_picks_what_a_full_load_picks(
+    tree: tuple[Path, Path], import_log: Path, entry_point_scans: list[str], tmp_path: Path
+) -> None:
+    """Every tool of every source, with conflicts and a shadowed module: the same module, from the cache alone."""
+    project, home = tree
+    write_tool(home / ".claude" / "tools", "native_project", "shadowed_name")  # shadowed by the project's
+    write_tool(home / ".xcsh" / "agent" / "tools", "conflicting", "codex_user", "only_here")  # wins over Codex
+    configured = write_tool(tmp_path / "configured", "configured", "configured_tool")
+    with trio.fail_after(120):
+        async with make_runner(configured, cwd=project) as runner:
+            full = {t.name: t.module for t in runner.tools}
+        assert entry_point_scans == ["scan"]
+        assert full["codex_user"].endswith("/conflicting.py") and "shadowed_name" not in full
+        for name, module in full.items():
+            entry_point_scans.clear()
+            assert await picked(project, name, configured) == (module, 0), name
+            # Only a tool defined after the entry-point source needs it read.
+            assert entry_point_scans == (["scan"] if name == "configured_tool" else []), name
+        # A name nobody defines is answered by a full load, with its error.
+        assert await picked(project, "shadowed_name", configured) == (None, 0)
+        assert entry_point_scans[-1:] == ["scan"]
+
+
+async def test_a_cache_settled_run_notices_every_change_before_its_module(tmp_path: Path, import_log: Path) -> None:
+    """A module added, edited (same size and mtime), removed or shadowing, anywhere before the cached one."""
+    home = Path(os.environ["HOME"])
+    project = tmp_path / "p"
+    (project / ".git").mkdir(parents=True)
+    cached = write_tool(home / ".codex" / "tools", "greeter", "greet")
+    first = write_tool(project / ".xcsh" / "tools", "first", "other")
+    with trio.fail_after(120):
+        assert await picked(project, "greet") == (str(cached), 2)  # the cache is cold: both load
+        assert await picked(project, "greet") == (str(cached), 0)
+        # Edited to define it, with its size and mtime kept: the content is what counts.
+        stat = first.stat()
+        first.write_text(first.read_text().replace("'other'", "'greet'"))
+        os.utime(first, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        assert await picked(project, "greet") == (str(first), 1)
+        assert await picked(project, "greet") == (str(first), 0)
+        # Removed: the later one again, with no worker.
+        first.unlink()
+        assert await picked(project, "greet") == (str(cached), 0)
+        # Added in a source before it (Claude, user).
+        added = write_tool(home / ".claude" / "tools", "added", "greet")
+        assert await picked(project, "greet") == (str(added), 1)
+        # A module named like the cached one, earlier: it shadows it, so the cached entry no longer counts.
+        added.unlink()
+        write_tool(project / ".claude" / "tools", "greeter", "not_greet")
+        assert await picked(project, "greet") == (None, 1)

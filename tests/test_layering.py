@@ -27,7 +27,17 @@ PACKAGES = ("runner", "worker")
 RANKS: tuple[tuple[int, tuple[str, ...]], ...] = (
     # The protocol layer and the worker process: stdlib + msgspec.
     (0, ("worker", "worker.*")),
-    (1, ("runner._version", "runner._errors", "runner._results", "runner._faults", "runner._terminal")),
+    (
+        1,
+        (
+            "runner._version",
+            "runner._errors",
+            "runner._results",
+            "runner._faults",
+            "runner._terminal",
+            "runner._startup",
+        ),
+    ),
     (
         2,
         (

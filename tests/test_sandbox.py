@@ -551,3 +551,23 @@ async def test_none_still_cleans_up_processes() -> None:
             result = await runner.call_tool("daemon")
     (pid,) = result.details["pids"]
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_no_uid_drop_when_the_standard_library_is_private(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A venv can copy its interpreter out of a private home (/root): nobody could run it but not import os."""
+    import shutil
+    import sys
+
+    from runner import _sandbox
+
+    private = tmp_path / "private"
+    (private / "python").mkdir(parents=True)
+    private.chmod(0o700)
+    runnable = os.path.realpath(shutil.which("sh") or "/bin/sh")
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(sys, "executable", runnable)
+    monkeypatch.setattr(sys, "prefix", os.path.dirname(runnable))
+    monkeypatch.setattr(sys, "base_prefix", str(private / "python"))
+    assert not _sandbox._measure(cgroup_v2=False, memory_cgroup=False, pids_cgroup=False).drop_uid_ok
+    monkeypatch.setattr(sys, "base_prefix", os.path.dirname(runnable))
+    assert _sandbox._measure(cgroup_v2=False, memory_cgroup=False, pids_cgroup=False).drop_uid_ok
