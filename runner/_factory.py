@@ -63,7 +63,9 @@ class ProcessFactory:
         if self._forkservers is None or self._cgroups is None:
             return None
         server = self._forkservers.get(policy)
-        if server is None or server.dead:
+        # A retired zygote is not replaced: it stays here for aclose to reap,
+        # and workers of its policy start with Popen from then on.
+        if server is None:
             try:
                 server = self._forkservers[policy] = ForkServer(self._env, self._cgroups.new_boundary())
                 server.start()

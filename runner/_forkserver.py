@@ -214,6 +214,10 @@ class ForkServer:
             self._sock.settimeout(EXCHANGE_SECONDS)
             socket.send_fds(self._sock, [request], fds)
             data, got, _, _ = socket.recv_fds(self._sock, 1 << 16, 1)
+            for fd in got:
+                # Close-on-exec, as Popen's pidfd is: nothing the embedding application
+                # runs may inherit a handle on a worker (recv_fds ignores MSG_CMSG_CLOEXEC on 3.11).
+                os.set_inheritable(fd, False)
             if not data:
                 raise ForkServerError("the fork server closed its socket")
             return self._decoder.decode(data), got
@@ -249,8 +253,9 @@ class ForkServer:
             return
         self._kill_now()
         await trio.to_thread.run_sync(self.boundary.kill)
-        with trio.move_on_after(KILL_WAIT_SECONDS):
-            await trio.lowlevel.wait_readable(self._pidfd)
+        if self._pidfd >= 0:
+            with trio.move_on_after(KILL_WAIT_SECONDS):
+                await trio.lowlevel.wait_readable(self._pidfd)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._proc.wait(0)
         if self._proc.returncode is None:

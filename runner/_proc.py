@@ -274,7 +274,7 @@ class WorkerProcess:
         elif isinstance(event, p.RequestReceived):
             self.process.start_soon(self._answer, event)
         elif isinstance(event, p.RequestRefused):
-            self.process.start_soon(self._write_quietly, lambda: event.reply)
+            self.process.start_soon(self._write, lambda: event.reply)
         # NotificationDropped: JSON-RPC lets a notification nobody expects be ignored.
         # ConnectionClosed: its outstanding requests fail once the process's end is recorded.
 
@@ -291,7 +291,7 @@ class WorkerProcess:
             frame = functools.partial(self._conn.send_error_object, event.id, error)
         # The worker gone, or the answer too big for it: either way it does not wait forever.
         with contextlib.suppress(p.LocalProtocolError):
-            await self._write_quietly(frame)
+            await self._write(frame)
 
     def _process_ended(self) -> None:
         self._conn.close()
@@ -307,25 +307,40 @@ class WorkerProcess:
     async def _write(self, frame: Callable[[], bytes]) -> None:
         # The frame is made under the lock: frames reach the pipe in the order
         # the connection made them, and a cancelled wait for the lock sends nothing.
-        out = self.process.protocol_out
-        assert out is not None
         lock = self._send_lock
         if lock.value == 0:  # someone is mid-frame: queue behind them
-            async with lock:
-                await out.send_all(frame())
-            return
-        # The common case: nobody is writing, so take the lock and write without
-        # a checkpoint; only a frame the pipe cannot take at once waits, holding
-        # the lock so that no other frame is interleaved with its rest.
-        lock.acquire_nowait()
+            await lock.acquire()
+        else:  # the common case: no checkpoint at all
+            lock.acquire_nowait()
         try:
             data = frame()
+        except BaseException:
+            lock.release()
+            raise
+        self._send_locked(data)
+
+    def _send_locked(self, data: bytes) -> None:
+        """Write ``data`` while holding the send lock, and let the lock go once all of it is written.
+
+        What the pipe cannot take at once is written by a supervisor task that
+        keeps the lock until the frame is whole: a sender cancelled half-way
+        would leave a partial frame, and the worker would read the next one as
+        its rest. Errors of a worker that is gone are not raised: its end fails
+        whatever waits on it.
+        """
+        out = self.process.protocol_out
+        sent = len(data)
+        try:
             if data:
                 sent = write_some(out, data)
-                if sent < len(data):
-                    await out.send_all(memoryview(data)[sent:])
-        finally:
-            lock.release()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        except BaseException:
+            self._send_lock.release()
+            raise
+        if sent < len(data) and self.process.start_soon(self._write_rest, memoryview(data)[sent:]):
+            return  # _write_rest releases the lock
+        self._send_lock.release()
 
     async def _write_rest(self, rest: memoryview) -> None:
         """The end of a frame the pipe could not take at once; the sender's lock is released here."""
@@ -336,10 +351,6 @@ class WorkerProcess:
                 await out.send_all(rest)
         finally:
             self._send_lock.release()
-
-    async def _write_quietly(self, frame: Callable[[], bytes]) -> None:
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            await self._write(frame)
 
     def _ending(self) -> bool:
         """True if the worker is ending but its end is not recorded yet; raises if it is recorded.
@@ -369,9 +380,7 @@ class WorkerProcess:
             return data
 
         try:
-            await self._write(frame)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass  # the worker is gone or going: its end will fail the request
+            await self._write(frame)  # a worker gone or going: its end will fail the request
         except BaseException:
             if inflight is not None:
                 inflight.abandon()
@@ -422,26 +431,16 @@ class WorkerProcess:
     ) -> InFlight[R]:
         """:meth:`start_call` without a checkpoint; trio.WouldBlock (nothing sent) while another frame is written.
 
-        A frame the pipe cannot take at once is finished by a supervisor task
-        that holds the send lock until then, so nothing gets in between.
+        A frame the pipe cannot take at once is finished as :meth:`_send_locked` says.
         """
         call_id = _call_id(params, on_update)
-        out = self.process.protocol_out
-        assert out is not None
-        lock = self._send_lock
-        lock.acquire_nowait()
+        self._send_lock.acquire_nowait()
         try:
             inflight, data = self._register(method, params, call_id, on_update)
-            sent = len(data)
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                sent = write_some(out, data) if data else 0
         except BaseException:
-            lock.release()
+            self._send_lock.release()
             raise
-        if sent < len(data) and self.process.start_soon(self._write_rest, memoryview(data)[sent:]):
-            return inflight  # _write_rest releases the lock
-        # Sent whole, or the worker is gone or going (its end fails the request).
-        lock.release()
+        self._send_locked(data)
         return inflight
 
     async def call(self, method: p.Method[P, R], params: P) -> R:
@@ -460,7 +459,7 @@ class WorkerProcess:
                 return b""
             return self._conn.send_notification(notice, params)
 
-        await self._write_quietly(frame)
+        await self._write(frame)
 
 
 def _read_some(conn: p.Connection, fd: int) -> int | None:

@@ -232,7 +232,7 @@ class SupervisedProcess(ResourceUse):
         for stream in (*streams, self.protocol_out):
             if stream is not None:
                 stream.close()
-        if self._pidfd >= 0 and self.returncode is not None:
+        if self._pidfd >= 0 and (self.returncode is not None or self._proc is None):
             os.close(self._pidfd)
             self._pidfd = -1
         self._abandon_resources()
@@ -369,8 +369,9 @@ class SupervisedProcess(ResourceUse):
             if not removed:
                 self.teardown.overrun(f"could not remove all of the workdir {workdir} of worker {self.pid} yet")
                 self.teardown.leftover_workdirs.append(workdir)
-        if self._pidfd >= 0 and self.returncode is not None:
-            # Closed only once reaped: until then it is the one safe handle on the pid.
+        if self._pidfd >= 0 and (self.returncode is not None or self._proc is None):
+            # Closed only once reaped: until then it is the one safe handle on the
+            # pid. A forked worker is not ours to reap: its handle protects nothing now.
             os.close(self._pidfd)
             self._pidfd = -1
         for stream in (*streams, self.protocol_out):

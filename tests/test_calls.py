@@ -84,6 +84,7 @@ async def test_tool_error_carries_message_and_traceback() -> None:
     [
         ("sys_exit", "sys.exit(3)"),
         ("unserialisable", "not JSON-serialisable"),
+        ("cyclic", "not JSON-serialisable"),  # a RecursionError in the encoder, not a dead worker
         ("bad_result", "content[0] is not a content block"),
     ],
 )

@@ -6,6 +6,7 @@ tests turn it on themselves and check what only a forked worker could get wrong.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -26,6 +27,7 @@ from .conftest import TOOLS, make_runner
 pytestmark = pytest.mark.skipif(not forkserver.supported(), reason="the fork server needs Linux 6.15+")
 
 PROBE = """
+import contextlib
 import os
 from worker.pi import CustomTool
 
@@ -188,3 +190,30 @@ async def test_the_exit_status_survives_the_zygote_or_is_reported_unknown() -> N
         assert "its exit status could not be read" in result.text, result.text
     else:
         assert result.error.exit_code == 3
+
+
+def _pidfds() -> dict[int, bool]:
+    """This process's pidfds, and whether each is inheritable."""
+    found = {}
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{name}") == "anon_inode:[pidfd]":
+                found[int(name)] = os.get_inheritable(int(name))
+    return found
+
+
+async def test_no_pidfd_outlives_the_runner_nor_reaches_a_program_the_host_runs() -> None:
+    before = set(_pidfds())
+    with trio.fail_after(60):
+        async with make_runner(TOOLS / "hostile.py", forkserver=True) as runner:
+            assert (await runner.call_tool("sleeper", {"seconds": 0})).kind is None
+            assert runner.statistics().workers_forked == 1
+            # Received from the zygote, the worker's pidfd is close-on-exec like Popen's.
+            assert not any(inheritable for fd, inheritable in _pidfds().items() if fd not in before)
+            (zygote,) = _zygotes()
+            zygote.send_signal(signal.SIGKILL)
+            zygote.wait(5)
+            for _ in range(2):  # each crash starts a new worker: with Popen, the zygote retired for good
+                assert (await runner.call_tool("os_exit", {"code": 3}, timeout=10)).kind == "crashed"
+            assert not _zygotes()
+    assert set(_pidfds()) <= before

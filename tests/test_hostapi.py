@@ -262,3 +262,33 @@ async def test_pending_action_of_a_dead_worker_is_reported_lost() -> None:
     assert not psutil.pid_exists(made.details["pid"]) or psutil.Process(made.details["pid"]).status() == "zombie"
     assert lost.kind == "tool_error"
     assert "pending action 'doomed' was lost: the worker that made it exited with code 5" in lost.text
+
+
+async def test_a_session_event_cut_short_mid_frame_leaves_the_worker_whole() -> None:
+    # A 16 MiB context makes the session frame far larger than the pipe; the
+    # event's deadline expires while it is being written. The rest of that
+    # frame must still reach the worker before anything else, or the worker
+    # reads the next frame as its rest and the next call hangs until its timeout.
+    with trio.fail_after(60):
+        async with make_runner(TOOLS / "hostapi.py", discover_sources=False) as runner:
+            assert (await runner.call_tool("has_ui", {})).kind is None
+            runner.set_context({"big": "x" * (16 << 20)})
+            await runner.emit_session_event({"reason": "start"}, timeout=0.003)
+            runner.set_context({})
+            for _ in range(2):
+                result = await runner.call_tool("has_ui", {}, timeout=20)
+                assert result.kind is None, result.text
+            assert runner.statistics().workers_started == 1  # the same worker, intact
+
+
+async def test_a_ctx_that_contains_itself_is_invalid_arguments_and_the_worker_lives_on() -> None:
+    ctx: dict[str, Any] = {}
+    ctx["self"] = ctx
+    with trio.fail_after(30):
+        async with make_runner(TOOLS / "hostapi.py", discover_sources=False) as runner:
+            assert (await runner.call_tool("has_ui", {})).kind is None
+            result = await runner.call_tool("has_ui", {}, ctx=ctx)
+            assert result.kind == "invalid_arguments", result.text
+            assert "ctx values must be JSON" in result.text
+            assert (await runner.call_tool("has_ui", {})).kind is None
+            assert runner.statistics().workers_started == 1

@@ -358,8 +358,10 @@ class Connection:
             return self._encode(message, max_frame_bytes=_MAX_REPRESENTABLE if limit is None else limit)
         except LocalProtocolError:
             raise
-        except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as exc:
+        except Exception as exc:
             # Only the payload can fail: ids, names and codes were checked already.
+            # Any exception: a cycle is a RecursionError, and a value's own methods
+            # (a tzinfo's utcoffset, say) may raise anything while it is encoded.
             raise NotSerialisable(what, exc) from None
 
     def _typed_answer(self, body: bytearray | memoryview) -> ResultReceived | None:

@@ -56,6 +56,11 @@ def factory(api):
     def unserialisable(tool_call_id, params, on_update, ctx, signal):
         return {"content": [{"type": "text", "text": "hi"}], "details": {"when": object()}}
 
+    def cyclic(tool_call_id, params, on_update, ctx, signal):
+        details = {}
+        details["self"] = details
+        return {"content": [{"type": "text", "text": "hi"}], "details": details}
+
     def raises(tool_call_id, params, on_update, ctx, signal):
         raise ValueError("the tool failed on purpose")
 
@@ -91,6 +96,7 @@ def factory(api):
         CustomTool(name="progress", description="Streams count updates", parameters=ProgressParams, execute=progress),
         CustomTool(name="big", description="Returns mib MiB of text", parameters=BigParams, execute=big),
         CustomTool(name="unserialisable", description="Bad details", parameters=obj, execute=unserialisable),
+        CustomTool(name="cyclic", description="Details that contain themselves", parameters=obj, execute=cyclic),
         CustomTool(name="raises", description="Raises", parameters=obj, execute=raises),
         CustomTool(name="sys_exit", description="Calls sys.exit", parameters=obj, execute=sys_exit),
         CustomTool(name="bad_result", description="Returns a bad block", parameters=obj, execute=bad_result),
