@@ -35,12 +35,12 @@ class AbortSignal:
         # A signal is made for every call, and most are never aborted nor
         # waited on: each wait brings a lock of its own, held until the abort
         # releases it, instead of a threading.Event made for every call (a
-        # tenth of the cost). No waiter ever holds a lock another one needs,
-        # so the SIGTERM handler may wait too, whatever the thread it
-        # interrupted was doing with this signal.
+        # tenth of the cost). No waiter ever holds a lock another one needs.
+        # _lock is reentrant: the SIGTERM handler aborts on the main thread,
+        # which it may have interrupted inside add_callback or _abort.
         self._aborted = False
         self._waiters: list[threading.Lock] = []
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._callbacks: list[Callable[[str], object]] = []
         self.reason: str | None = None
 
@@ -91,7 +91,11 @@ class AbortSignal:
         with self._lock:
             if not self._aborted:
                 self._callbacks.append(callback)
-                return
+                if not self.aborted:  # read again (the property is not narrowed)
+                    return
+                # Aborted in between, by the SIGTERM handler on this very thread:
+                # its _abort took the list before this callback was in it.
+                self._callbacks.remove(callback)
         callback(self.reason or "cancelled")
 
     def throw_if_aborted(self) -> None:
