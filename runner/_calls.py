@@ -406,10 +406,8 @@ class Calls:
             return slot.worker.start_call_nowait(p.CALL, params, on_update=deliverer(on_update))
         except trio.WouldBlock:
             return None
-        except p.LocalProtocolError as exc:
-            return not_sent(info, exc)
-        except (WorkerDied, RemoteProtocolError) as exc:
-            return _failed(exc)
+        except _UNSENT as exc:
+            return _unsent(info, exc)
 
     async def _send(
         self,
@@ -423,10 +421,8 @@ class Calls:
         params = p.CallParams(call_id=call.call_id, tool=info.name, arguments=raw_args, ctx=ctx)
         try:
             return await slot.worker.start_call(p.CALL, params, on_update=deliverer(on_update))
-        except p.LocalProtocolError as exc:
-            return not_sent(info, exc)
-        except (WorkerDied, RemoteProtocolError) as exc:
-            return _failed(exc)
+        except _UNSENT as exc:
+            return _unsent(info, exc)
 
     async def _wait_answer(self, call: Call, pending: InFlight[p.CallResult], deadline: float) -> bool:
         """A warm call's wait: True once answered (or its worker ended); False if timed out or cancelled."""
@@ -461,7 +457,12 @@ class _Held:
         self.slot: Slot | None = None
 
 
-def _failed(exc: WorkerDied | RemoteProtocolError) -> InFlight[p.CallResult]:
+_UNSENT = (p.LocalProtocolError, WorkerDied, RemoteProtocolError)
+
+
+def _unsent(info: ToolInfo, exc: Exception) -> InFlight[p.CallResult] | ToolResult:
+    if isinstance(exc, p.LocalProtocolError):
+        return not_sent(info, exc)  # too big, or not JSON: nothing was sent
     # It died (or broke the protocol) between being taken and being sent the
     # call: reported like a death during the call.
     pending: InFlight[p.CallResult] = InFlight()
