@@ -285,8 +285,9 @@ class Calls:
         pending: InFlight[p.CallResult] | None = None
         healthy = False
         try:
+            params = p.CallParams(call_id=call.call_id, tool=info.name, arguments=raw_args, ctx=ctx)
             slot = self._take_warm(info, call, policy, lock, held)
-            sent = self._send_warm(info, call, slot, raw_args, ctx, on_update) if slot is not None else None
+            sent = self._send_warm(info, slot, params, on_update) if slot is not None else None
             if isinstance(sent, ToolResult):
                 healthy = True  # nothing was sent: the worker is as good as before
                 return sent
@@ -305,7 +306,7 @@ class Calls:
                         slot = taken
                     # Cancelled already (by the table, or the caller): nothing is sent.
                     await trio.lowlevel.checkpoint_if_cancelled()
-                    sent = await self._send(info, call, slot, raw_args, ctx, on_update)
+                    sent = await self._send(info, slot, params, on_update)
                     if isinstance(sent, ToolResult):
                         healthy = True
                         return sent
@@ -392,16 +393,9 @@ class Calls:
         return slot
 
     def _send_warm(
-        self,
-        info: ToolInfo,
-        call: Call,
-        slot: Slot,
-        raw_args: msgspec.Raw,
-        ctx: dict[str, Any],
-        on_update: UpdateCallback | None,
+        self, info: ToolInfo, slot: Slot, params: p.CallParams, on_update: UpdateCallback | None
     ) -> InFlight[p.CallResult] | ToolResult | None:
         """The call sent without a checkpoint; None if that would have to wait (another frame is being written)."""
-        params = p.CallParams(call_id=call.call_id, tool=info.name, arguments=raw_args, ctx=ctx)
         try:
             return slot.worker.start_call_nowait(p.CALL, params, on_update=deliverer(on_update))
         except trio.WouldBlock:
@@ -410,15 +404,8 @@ class Calls:
             return _unsent(info, exc)
 
     async def _send(
-        self,
-        info: ToolInfo,
-        call: Call,
-        slot: Slot,
-        raw_args: msgspec.Raw,
-        ctx: dict[str, Any],
-        on_update: UpdateCallback | None,
+        self, info: ToolInfo, slot: Slot, params: p.CallParams, on_update: UpdateCallback | None
     ) -> InFlight[p.CallResult] | ToolResult:
-        params = p.CallParams(call_id=call.call_id, tool=info.name, arguments=raw_args, ctx=ctx)
         try:
             return await slot.worker.start_call(p.CALL, params, on_update=deliverer(on_update))
         except _UNSENT as exc:

@@ -66,23 +66,21 @@ async def test_a_queued_call_cancelled_before_it_starts_never_runs(tmp_path: Pat
                 nursery.start_soon(lambda: _hold(runner, release, results, running))
                 await running.wait()
 
+                ended = trio.Event()
+
                 async def queued() -> None:
                     results["queued"] = await runner.call_tool("mark", {"path": str(marked)}, tool_call_id="q")
+                    ended.set()
 
                 nursery.start_soon(queued)
                 await _wait_queued(runner, 1)
                 assert runner.cancel("q", "not needed")
-                await _wait_queued_done(results)
+                await ended.wait()  # ended while the call ahead still holds the only worker
                 release.touch()
     assert results["queued"].kind == "cancelled"
     assert "before its worker was ready" in results["queued"].text
     assert results["ahead"].kind is None  # the call ahead is untouched
     assert not marked.exists()  # the withdrawn call never ran
-
-
-async def _wait_queued_done(results: dict[str, Any]) -> None:
-    while "queued" not in results:  # noqa: ASYNC110 - the call's own task fills it in
-        await trio.sleep(0.005)
 
 
 async def test_a_queued_call_times_out_on_its_queue_time_alone(tmp_path: Path) -> None:
