@@ -30,8 +30,10 @@ Rules this module keeps:
    nothing to tell the worker first, takes all of it in one synchronous step
    and sends without a checkpoint; it then waits for its answer alone, on an
    event that the answer, a cancel or the deadline keeper
-   (``runner._deadlines``) sets. Every other call waits under a cancel scope
-   with the same deadline. From the answer (or the stop) on, both are one path.
+   (``runner._deadlines``) sets. A call queued behind ``max_workers`` waits
+   for its token alone under a cancel scope, then takes its worker the same
+   way. Every other call waits under a cancel scope with the same deadline.
+   From the answer (or the stop) on, both are one path.
 """
 
 from __future__ import annotations
@@ -287,6 +289,10 @@ class Calls:
         try:
             params = p.CallParams(call_id=call.call_id, tool=info.name, arguments=raw_args, ctx=ctx)
             slot = self._take_warm(info, call, policy, lock, held)
+            if slot is None and self._queues_for_token(info, call, lock):
+                if not await self._wait_token(call, held, deadline):
+                    return _not_ready(info, call, timeout)
+                slot = self._take_warm(info, call, policy, lock, held)
             sent = self._send_warm(info, slot, params, on_update) if slot is not None else None
             if isinstance(sent, ToolResult):
                 healthy = True  # nothing was sent: the worker is as good as before
@@ -314,9 +320,7 @@ class Calls:
                     await pending.wait()
                 answered = not scope.cancelled_caught
                 if not answered and slot is None:
-                    kind = ErrorKind.CANCELLED if call.reason is not None else ErrorKind.TIMEOUT
-                    what = "cancelled" if kind is ErrorKind.CANCELLED else f"timed out after {timeout:g} s"
-                    return error_result(kind, f"{info.name!r} {what} before its worker was ready", module=info.module)
+                    return _not_ready(info, call, timeout)
             assert slot is not None
             if not answered:  # (pending is None if it was stopped before the call was sent)
                 kind = ErrorKind.CANCELLED if call.reason is not None else ErrorKind.TIMEOUT
@@ -354,11 +358,12 @@ class Calls:
         slot = self._pool.peek_idle(info.module, policy)
         if slot is None or (self._ready is not None and not self._ready(slot)):
             return None
-        try:
-            self._limiter.acquire_on_behalf_of_nowait(call)
-        except trio.WouldBlock:
-            return None
-        held.token = True
+        if not held.token:
+            try:
+                self._limiter.acquire_on_behalf_of_nowait(call)
+            except trio.WouldBlock:
+                return None
+            held.token = True
         if lock is not None:
             lock.acquire_nowait()  # free (checked above), and nothing ran since
             held.lock = True
@@ -366,6 +371,28 @@ class Calls:
         held.slot = slot
         call.worker_unenforced = slot.worker.unenforced
         return slot
+
+    def _queues_for_token(self, info: ToolInfo, call: Call, lock: trio.Lock | None) -> bool:
+        """Whether the call waits for a limiter token alone, and may then find an idle worker warm."""
+        return (
+            self._deadlines is not None and lock is None and call.reason is None and self._limiter.available_tokens == 0
+        )
+
+    async def _wait_token(self, call: Call, held: _Held, deadline: float) -> bool:
+        """Wait in the limiter's FIFO under the call's deadline; False if stopped first (nothing held).
+
+        Only the wait has a scope: the call then takes an idle worker warm, as
+        one that found a token free would (a finishing call hands its token
+        straight to the first waiter, after its worker is back in the idle lists).
+        """
+        with trio.CancelScope(deadline=deadline) as scope:
+            call.scope = scope
+            if call.reason is not None:
+                scope.cancel()
+            await self._limiter.acquire_on_behalf_of(call)
+            held.token = True
+        call.scope = None
+        return held.token
 
     async def _take(
         self, info: ToolInfo, call: Call, policy: SandboxPolicy, lock: trio.Lock | None, held: _Held, timeout: float
@@ -378,11 +405,12 @@ class Calls:
             except trio.WouldBlock:
                 await lock.acquire()
             held.lock = True
-        try:
-            self._limiter.acquire_on_behalf_of_nowait(call)
-        except trio.WouldBlock:
-            await self._limiter.acquire_on_behalf_of(call)
-        held.token = True
+        if not held.token:
+            try:
+                self._limiter.acquire_on_behalf_of_nowait(call)
+            except trio.WouldBlock:
+                await self._limiter.acquire_on_behalf_of(call)
+            held.token = True
         try:
             slot = held.slot = await self._registry.acquire(info, timeout, policy)
         except LoadFailed as exc:
@@ -445,6 +473,12 @@ class _Held:
 
 
 _UNSENT = (p.LocalProtocolError, WorkerDied, RemoteProtocolError)
+
+
+def _not_ready(info: ToolInfo, call: Call, timeout: float) -> ToolResult:
+    kind = ErrorKind.CANCELLED if call.reason is not None else ErrorKind.TIMEOUT
+    what = "cancelled" if kind is ErrorKind.CANCELLED else f"timed out after {timeout:g} s"
+    return error_result(kind, f"{info.name!r} {what} before its worker was ready", module=info.module)
 
 
 def _unsent(info: ToolInfo, exc: Exception) -> InFlight[p.CallResult] | ToolResult:

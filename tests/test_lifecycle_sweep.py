@@ -96,6 +96,9 @@ PING = Call()
 # Partial results and log records, in order, one by one: delivery (and the
 # in-flight call) is many steps, each a place for a cancellation to land.
 STREAM = Call("stream", STREAM_PARTS)
+# The queued phase's call ahead: long enough that the swept call is queued
+# behind it (that phase checks it was) and waits there for many steps.
+AHEAD_PARTS = 8
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,10 @@ class Phase:
     # The fewest steps the phase's untouched run may take: a change that
     # makes the phase shorter (less of a runner's life under the sweep) fails.
     min_steps: int = MANDATORY
+    # max_workers=1, and a call ahead (streaming AHEAD_PARTS) holds the only
+    # worker when the swept call is made: the swept call queues for it, is
+    # handed the worker as the call ahead ends, and takes it warm.
+    queued: bool = False
 
     @property
     def name(self) -> str:
@@ -129,6 +136,8 @@ class Phase:
         what = {"open": "discovery", "call": "call-warm" if warm else "call-cold", "close": "close"}[self.arm]
         if not self.module:
             what = "spare-only"
+        if self.queued:
+            what = "call-queued"
         return "/".join(
             [what, f"spares={self.spares}", "cache" if self.cache else "nocache"]
             + (["runner.cancel"] if self.action == "cancel_id" else [])
@@ -196,6 +205,7 @@ class Record:
     updates: list[object] = field(default_factory=list)  # the swept call's partial results' details
     late_updates: list[object] = field(default_factory=list)  # any delivered after call_tool ended
     cancelled_caught: bool = False
+    most_queued: int = 0  # the queued phase: the most calls queued while the call ahead ran
 
     def on_update(self, partial: Mapping[str, Any]) -> None:
         (self.late_updates if self.call_ended else self.updates).append(partial["details"])
@@ -246,6 +256,23 @@ async def spares_ready(runner: Runner, spares: int) -> bool:
     return False
 
 
+async def start_ahead(runner: Runner, nursery: trio.Nursery, record: Record) -> None:
+    """Start the queued phase's call ahead, and return once it runs (holding the only worker)."""
+    running = trio.Event()
+
+    def on_update(partial: Mapping[str, Any]) -> None:
+        record.most_queued = max(record.most_queued, runner.statistics().queued_calls)
+        running.set()
+
+    async def ahead() -> None:
+        arguments = {"count": AHEAD_PARTS, "interval": STREAM_INTERVAL}
+        result = await runner.call_tool("stream", arguments, tool_call_id="ahead", on_update=on_update)
+        record.setup.append(("stream (the call ahead)", result))
+
+    nursery.start_soon(ahead)
+    await running.wait()
+
+
 async def lifecycle(phase: Phase, inst: StepCanceller, cache_dir: Path, record: Record) -> None:
     with trio.CancelScope() as scope:
         inst.scope = scope
@@ -259,6 +286,7 @@ async def lifecycle(phase: Phase, inst: StepCanceller, cache_dir: Path, record: 
             cache=phase.cache,
             cache_dir=cache_dir,
             grace=GRACE,
+            max_workers=1 if phase.queued else None,
         ) as runner:
             # No checkpoint since the block was entered: these are what
             # open_runner handed over, before any later cancellation.
@@ -272,21 +300,24 @@ async def lifecycle(phase: Phase, inst: StepCanceller, cache_dir: Path, record: 
             if phase.settle and not await spares_ready(runner, phase.spares):
                 record.setup_problems.append(f"{phase.spares} spares not ready within {WATCHDOG / 2:g} s")
             if phase.module:
-                if phase.arm == "call":
-                    inst.arm()
-                record.call_started = True
-                try:
-                    result = await runner.call_tool(
-                        phase.call.tool, phase.call.arguments, tool_call_id=CALL_ID, on_update=record.on_update
-                    )
-                except trio.Cancelled:
-                    record.outcomes.append("Cancelled")
-                    raise
-                finally:
-                    record.call_ended = True
-                record.outcomes.append(result)
-                if phase.action == "cancel_id":
-                    inst.disarm()  # the call is over: its phase ends here
+                async with trio.open_nursery() as nursery:
+                    if phase.queued:
+                        await start_ahead(runner, nursery, record)
+                    if phase.arm == "call":
+                        inst.arm()
+                    record.call_started = True
+                    try:
+                        result = await runner.call_tool(
+                            phase.call.tool, phase.call.arguments, tool_call_id=CALL_ID, on_update=record.on_update
+                        )
+                    except trio.Cancelled:
+                        record.outcomes.append("Cancelled")
+                        raise
+                    finally:
+                        record.call_ended = True
+                    record.outcomes.append(result)
+                    if phase.action == "cancel_id":
+                        inst.disarm()  # the call is over: its phase ends here
             if phase.arm == "close":
                 inst.arm()
     inst.disarm()
@@ -325,6 +356,8 @@ def check_run(phase: Phase, inst: StepCanceller, record: Record, guarded: Guarde
             problems.append(f"untouched run, but the call gave {_outcome(record)}")
         if record.cancelled_caught:
             problems.append("untouched run, but the scope caught a cancellation")
+        if phase.queued and record.most_queued != 1:
+            problems.append(f"untouched run, but {record.most_queued} calls (not 1) queued behind the call ahead")
     elif phase.action == "scope":
         # The caller's scope was cancelled: call_tool raises Cancelled, or
         # returns what it already had. An error result means a cancellation
@@ -475,6 +508,8 @@ def _phases() -> list[Phase]:
                     Phase("close", spares, cache, warm=True, busy=True),
                     Phase("call", spares, cache, action="cancel_id", call=STREAM),
                     Phase("call", spares, cache, action="cancel_id", warm=True, call=STREAM),
+                    Phase("call", spares, cache, warm=True, queued=True, call=STREAM),
+                    Phase("call", spares, cache, action="cancel_id", warm=True, queued=True, call=STREAM),
                 ]
             # With no spare, a bare runner has nothing to start or stop: its
             # whole life is about 20 steps, and that is its floor.
@@ -501,6 +536,11 @@ def _phases() -> list[Phase]:
         Phase("close", spares=1, cache=True, warm=True, busy=True),
         # runner.cancel(call_id) at every step of a cold, streaming call.
         Phase("call", spares=0, cache=True, action="cancel_id", call=STREAM),
+        # A call queued behind max_workers=1: its wait for the worker, the
+        # hand-over as the call ahead ends, and the warm call that follows;
+        # cancelled by its caller, and by runner.cancel(call_id).
+        Phase("call", spares=0, cache=True, warm=True, queued=True, call=STREAM),
+        Phase("call", spares=0, cache=True, action="cancel_id", warm=True, queued=True, call=STREAM),
     ]
 
 
