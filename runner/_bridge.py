@@ -21,7 +21,7 @@ import trio
 
 from worker import _protocol as p
 
-from ._calls import CallTable
+from ._calltable import CallTable
 from ._config import RunnerConfig
 from ._errors import ConfigError, RemoteProtocolError, WorkerDied, describe_exit
 from ._housekeeping import Housekeeping

@@ -1,25 +1,20 @@
-"""Calls: the call table, one call's lifecycle and the cancellation ladder (``runner._outcomes``: what an end means).
+"""Calls: one call's lifecycle, from its checks and its turn to its single result.
+
+``runner._calltable`` has the running calls and the cancellation ladder;
+``runner._outcomes`` says what an end means.
 
 Every call ends in exactly one :class:`ToolResult`. Tool failures, crashes,
 timeouts, protocol violations and cancellation requests all become results
 with ``is_error=True``; a call raises only ``trio.Cancelled`` (after the
 worker's tree is gone) when the *caller's* scope is cancelled.
 
-The ladder (:class:`CancelLadder`), used for timeouts and cancellation alike:
-
-1. send ``$/cancel`` with the reason, then SIGTERM to the worker: the tool's
-   ``signal`` fires; a sync tool gets ``ToolCancelled`` raised, an async one
-   has its task cancelled;
-2. wait up to ``grace`` seconds for the worker to answer or exit;
-3. kill the worker's whole boundary (cgroup) and wait until it is empty.
-
-The result's ``error.rung`` says whether step 2 (``"cooperative"``) or step 3
-(``"killed"``) ended it. A worker that went through the ladder is never reused.
-
 Rules this module keeps:
 
-1. Queued time counts against the deadline: the caller asked for an answer
-   within ``timeout``, whatever kept it waiting (``max_workers``, an exclusive tool).
+1. Time in the queue is not the call's: a call that waits for a turn
+   (``max_workers``, or the other call of an exclusive tool) waits under the
+   queue deadline (``queue_timeout``), and its own ``timeout`` starts when it
+   leaves the queue (starting its worker counts against it). A call whose
+   queue deadline passes ends ``busy`` without having started.
 2. A call stopped for any reason (timeout, :meth:`CallTable.cancel`, an abort,
    the caller's own cancellation) goes through the ladder, shielded, before
    its worker is let go; from then on it opens no UI prompt.
@@ -40,8 +35,8 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Final
 
 import msgspec
@@ -49,135 +44,22 @@ import trio
 
 from worker import _protocol as p
 
+from ._calltable import Call, CallTable, DeliverCancel
 from ._config import check_seconds
 from ._deadlines import DeadlineKeeper
-from ._errors import ConfigError, RemoteProtocolError, WorkerDied
-from ._outcomes import Rung, deliverer, interpret, limits, not_sent, not_started, stopped
+from ._errors import RemoteProtocolError, WorkerDied
+from ._outcomes import deliverer, interpret, limits, not_sent, not_started, stopped
 from ._pool import Slot, WorkerPool
 from ._registry import LoadFailed, ToolInfo, ToolRegistry
 from ._results import ErrorKind, ToolResult, error_result
 from ._sandbox import Probe, SandboxPolicy, check
 from ._validate import ArgumentValidator, SchemaProblem
-from ._worker_api import InFlight, PoolWorker
+from ._worker_api import InFlight
 
 log: Final = logging.getLogger("xcsh_run")
 UpdateCallback = Callable[[dict[str, Any]], object]
 
 _call_ids = itertools.count(1)
-
-
-# How to stop a call's worker, in the spirit of trio's `run_process(deliver_cancel=...)`:
-# given the worker, the call id, the reason and the call's request (if sent), stop
-# it and say which rung did. It must leave the worker dead or dying, and be bounded.
-DeliverCancel = Callable[[PoolWorker, str, str, "InFlight[p.CallResult] | None"], Awaitable[Rung]]
-
-
-@dataclass(frozen=True)
-class CancelLadder:
-    """The default :data:`DeliverCancel`: ``$/cancel`` + SIGTERM, ``grace`` seconds, then the tree kill."""
-
-    grace: float
-
-    async def __call__(
-        self, worker: PoolWorker, call_id: str, reason: str, pending: InFlight[p.CallResult] | None
-    ) -> Rung:
-        rung = Rung.KILLED
-        with trio.CancelScope(shield=True):
-            with trio.move_on_after(self.grace):
-                await worker.notify(p.CANCEL, p.CancelParams(call_id=call_id, reason=reason))
-                worker.terminate()
-                if pending is not None:
-                    await pending.wait()
-                else:
-                    await worker.wait_exited()
-                rung = Rung.COOPERATIVE
-            await worker.kill()
-        return rung
-
-
-class Call:
-    """One running call, as the table (cancel, abort) and the bridge (UI prompts, logs) see it."""
-
-    __slots__ = (
-        "call_id", "scope", "wake", "reason", "tool", "operation", "ui_scopes", "stopping", "worker_unenforced",
-    )  # fmt: skip
-
-    def __init__(self, call_id: str, tool: str = "", operation: str | None = None) -> None:
-        self.call_id = call_id
-        # What stops its waiting: the scope of a call that may wait for a worker,
-        # or the event a warm call waits on for its answer.
-        self.scope: trio.CancelScope | None = None
-        self.wake: trio.Event | None = None
-        self.reason: str | None = None
-        self.tool = tool
-        self.operation = operation
-        # UI prompts this call is waiting on: cancelled with the call, so they
-        # are answered (with the no-op value) instead of left hanging.
-        self.ui_scopes: set[trio.CancelScope] = set()
-        self.stopping = False
-        self.worker_unenforced: list[str] = []
-
-    def stop(self) -> None:
-        """The ladder begins (timeouts too): no new UI prompt, and the open ones are answered now."""
-        self.stopping = True
-        for scope in self.ui_scopes:
-            scope.cancel()
-
-
-class CallTable:
-    """The running calls by id: cancel one, every one, or every one of an operation."""
-
-    def __init__(self) -> None:
-        self._calls: dict[str, Call] = {}
-        self._changed = trio.Event()
-
-    def __len__(self) -> int:
-        return len(self._calls)
-
-    def get(self, call_id: str | None) -> Call | None:
-        return self._calls.get(call_id) if call_id else None
-
-    def add(self, call_id: str, tool: str, operation: str | None) -> Call:
-        if call_id in self._calls:
-            raise ConfigError(f"tool_call_id {call_id!r} is already running; ids must be unique")
-        call = self._calls[call_id] = Call(call_id, tool, operation)
-        return call
-
-    def remove(self, call_id: str) -> None:
-        del self._calls[call_id]
-        self._changed.set()
-        self._changed = trio.Event()
-
-    def cancel(self, call_id: str, reason: str = "cancelled") -> bool:
-        call = self._calls.get(call_id)
-        if call is None:
-            return False
-        if call.reason is None:
-            call.reason = reason
-        if call.scope is not None:
-            call.scope.cancel()
-        if call.wake is not None:
-            call.wake.set()
-        return True
-
-    def cancel_all(self, reason: str = "cancelled") -> None:
-        for call_id in list(self._calls):
-            self.cancel(call_id, reason)
-
-    def abort(self, call_id: str | None, reason: str) -> None:
-        """A tool's ``ctx.abort()``: cancel its call and every running call of its operation."""
-        call = self.get(call_id)
-        if call is None:
-            return
-        why = f"aborted by {call.tool}: {reason}"
-        for other in list(self._calls.values()):
-            if other is call or (call.operation is not None and other.operation == call.operation):
-                self.cancel(other.call_id, why)
-
-    async def wait_empty(self, bound: float) -> None:
-        with trio.move_on_after(bound):
-            while self._calls:
-                await self._changed.wait()
 
 
 class Calls:
@@ -196,6 +78,7 @@ class Calls:
         before_call: Callable[[Slot], Awaitable[None]] | None = None,
         deadlines: DeadlineKeeper | None = None,
         ready: Callable[[Slot], bool] | None = None,
+        queue_timeout: float | None = None,
     ) -> None:
         self.table = table
         self._pool = pool
@@ -213,6 +96,7 @@ class Calls:
         # Calls past max_workers wait here, first come first served (trio's
         # CapacityLimiter is FIFO); exclusive tools also queue on their lock.
         self._limiter = trio.CapacityLimiter(max_workers)
+        self._queue_timeout = queue_timeout
         self._exclusive: dict[str, trio.Lock] = {}
         self._validators: dict[str, ArgumentValidator] = {}
 
@@ -281,7 +165,8 @@ class Calls:
         timeout: float,
         policy: SandboxPolicy,
     ) -> ToolResult:
-        deadline = trio.current_time() + timeout
+        now = trio.current_time()
+        queue_deadline = now + self._queue_timeout if self._queue_timeout is not None else math.inf
         lock = self._exclusive.setdefault(info.name, trio.Lock()) if info.concurrency == "exclusive" else None
         held = _Held()
         pending: InFlight[p.CallResult] | None = None
@@ -290,9 +175,11 @@ class Calls:
             params = p.CallParams(call_id=call.call_id, tool=info.name, arguments=raw_args, ctx=ctx)
             slot = self._take_warm(info, call, policy, lock, held)
             if slot is None and self._queues_for_token(info, call, lock):
-                if not await self._wait_token(call, held, deadline):
-                    return _not_ready(info, call, timeout)
+                if not await self._wait_token(call, held, queue_deadline):
+                    return self._not_ready(info, call, timeout, held)
+                now = trio.current_time()  # rule 1: its own time starts now
                 slot = self._take_warm(info, call, policy, lock, held)
+            deadline = now + timeout
             sent = self._send_warm(info, slot, params, on_update) if slot is not None else None
             if isinstance(sent, ToolResult):
                 healthy = True  # nothing was sent: the worker is as good as before
@@ -301,12 +188,12 @@ class Calls:
                 pending = sent
                 answered = await self._wait_answer(call, pending, deadline)
             else:
-                with trio.CancelScope(deadline=deadline) as scope:
+                with trio.CancelScope(deadline=deadline if slot is not None else queue_deadline) as scope:
                     call.scope = scope
                     if call.reason is not None:
                         scope.cancel()
                     if slot is None:
-                        taken = await self._take(info, call, policy, lock, held, timeout)
+                        taken = await self._take(info, call, policy, lock, held, timeout, scope)
                         if isinstance(taken, ToolResult):
                             return taken
                         slot = taken
@@ -320,7 +207,7 @@ class Calls:
                     await pending.wait()
                 answered = not scope.cancelled_caught
                 if not answered and slot is None:
-                    return _not_ready(info, call, timeout)
+                    return self._not_ready(info, call, timeout, held)
             assert slot is not None
             if not answered:  # (pending is None if it was stopped before the call was sent)
                 kind = ErrorKind.CANCELLED if call.reason is not None else ErrorKind.TIMEOUT
@@ -369,6 +256,7 @@ class Calls:
             held.lock = True
         self._pool.take(slot)
         held.slot = slot
+        held.started = True
         call.worker_unenforced = slot.worker.unenforced
         return slot
 
@@ -379,7 +267,7 @@ class Calls:
         )
 
     async def _wait_token(self, call: Call, held: _Held, deadline: float) -> bool:
-        """Wait in the limiter's FIFO under the call's deadline; False if stopped first (nothing held).
+        """Wait in the limiter's FIFO under the queue deadline; False if stopped first (nothing held).
 
         Only the wait has a scope: the call then takes an idle worker warm, as
         one that found a token free would (a finishing call hands its token
@@ -390,16 +278,35 @@ class Calls:
             if call.reason is not None:
                 scope.cancel()
             await self._limiter.acquire_on_behalf_of(call)
-            held.token = True
+            held.token = held.started = True
         call.scope = None
         return held.token
 
+    def _not_ready(self, info: ToolInfo, call: Call, timeout: float, held: _Held) -> ToolResult:
+        """The result of a call stopped before it was sent: cancelled, busy (still queued), or timed out."""
+        if call.reason is not None:
+            what = "cancelled"
+            kind = ErrorKind.CANCELLED
+        elif not held.started:
+            return error_result(ErrorKind.BUSY, self._busy(info, held), module=info.module)
+        else:
+            what = f"timed out after {timeout:g} s"
+            kind = ErrorKind.TIMEOUT
+        return error_result(kind, f"{info.name!r} {what} before its worker was ready", module=info.module)
+
     async def _take(
-        self, info: ToolInfo, call: Call, policy: SandboxPolicy, lock: trio.Lock | None, held: _Held, timeout: float
+        self,
+        info: ToolInfo,
+        call: Call,
+        policy: SandboxPolicy,
+        lock: trio.Lock | None,
+        held: _Held,
+        timeout: float,
+        scope: trio.CancelScope,
     ) -> Slot | ToolResult:
-        """A worker for the call, waiting as long as it takes (under the call's scope); a result if none."""
+        """A worker for the call: its turn (under the queue deadline), then its worker (under its own)."""
         # Each wait checkpoints only when it must wait.
-        if lock is not None:  # rule 1: queued time counts
+        if lock is not None:
             try:
                 lock.acquire_nowait()
             except trio.WouldBlock:
@@ -411,6 +318,10 @@ class Calls:
             except trio.WouldBlock:
                 await self._limiter.acquire_on_behalf_of(call)
             held.token = True
+        # Rule 1: out of the queue, the call's own time starts (no checkpoint
+        # since the token was taken, so the queue deadline cannot have fired in between).
+        scope.deadline = trio.current_time() + timeout
+        held.started = True
         try:
             slot = held.slot = await self._registry.acquire(info, timeout, policy)
         except LoadFailed as exc:
@@ -460,25 +371,32 @@ class Calls:
             await pending.wait()
         return not scope.cancelled_caught
 
+    def _busy(self, info: ToolInfo, held: _Held) -> str:
+        if info.concurrency == "exclusive" and not held.lock:
+            waited = "the running call of this exclusive tool to end"
+        else:
+            running, limit = self._limiter.borrowed_tokens, int(self._limiter.total_tokens)
+            waited = f"a free worker ({running} calls running, max_workers={limit})"
+        return (
+            f"{info.name!r} did not start: the runner is busy; it waited {self._queue_timeout or 0:g} s "
+            f"(the queue deadline) for {waited}. Retry later, or raise max_workers (--max-workers) "
+            "or the queue deadline (--queue-timeout)"
+        )
+
 
 class _Held:
     """What a call holds, released in its ``finally``: an exclusive tool's lock, a limiter token, a worker."""
 
-    __slots__ = ("lock", "token", "slot")
+    __slots__ = ("lock", "token", "started", "slot")
 
     def __init__(self) -> None:
         self.lock = False
         self.token = False
+        self.started = False  # out of the queue (rule 1)
         self.slot: Slot | None = None
 
 
 _UNSENT = (p.LocalProtocolError, WorkerDied, RemoteProtocolError)
-
-
-def _not_ready(info: ToolInfo, call: Call, timeout: float) -> ToolResult:
-    kind = ErrorKind.CANCELLED if call.reason is not None else ErrorKind.TIMEOUT
-    what = "cancelled" if kind is ErrorKind.CANCELLED else f"timed out after {timeout:g} s"
-    return error_result(kind, f"{info.name!r} {what} before its worker was ready", module=info.module)
 
 
 def _unsent(info: ToolInfo, exc: Exception) -> InFlight[p.CallResult] | ToolResult:

@@ -37,7 +37,7 @@ from ._cli_options import (
     with_sandbox_options,
 )
 from ._cli_output import Status, emit_ndjson, print_text, source_label, warn
-from ._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT, DEFAULT_MAX_MESSAGE_BYTES
+from ._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_QUEUE_TIMEOUT
 from ._errors import RunnerError
 from ._fuzz_report import COMMANDS, FuzzReport
 from ._host import open_runner
@@ -71,6 +71,7 @@ Exit codes of a run:
     0  success
     1  the result is an error (tool_error, crashed, load_error, ...)
     2  usage error: bad flags, malformed --args, invalid arguments, unknown tool
+   75  busy: the call waited past the queue deadline and never started; retry later
   124  timeout
   130  cancelled (Ctrl-C or SIGTERM; the worker's whole tree is stopped first)
 """
@@ -308,6 +309,17 @@ def serve_command(
         typer.Option("--max-message-bytes", help="The longest MCP message (one line) accepted; longer get an error."),
     ] = DEFAULT_MAX_MESSAGE_BYTES,
     log_file: LogFileOpt = None,
+    max_workers: Annotated[
+        int | None,
+        typer.Option("--max-workers", help="Calls running at once; more wait their turn [twice the cores, >= 4]."),
+    ] = None,
+    queue_timeout: Annotated[
+        float,
+        typer.Option(
+            "--queue-timeout",
+            help="Seconds a call may wait for its turn before it ends `busy`; its own timeout starts after.",
+        ),
+    ] = DEFAULT_QUEUE_TIMEOUT,
     *,
     sandbox: SandboxPolicy,
 ) -> None:
@@ -315,9 +327,11 @@ def serve_command(
     from ._mcp import serve_stdio  # only this command needs the MCP server
 
     configure_log_file(log_file, also_stderr=True)
-    check_seconds(timeout=timeout, grace=grace, load_timeout=load_timeout)
+    check_seconds(timeout=timeout, grace=grace, load_timeout=load_timeout, queue_timeout=queue_timeout)
     if max_message_bytes < 1024:
         fail(f"--max-message-bytes must be at least 1024, got {max_message_bytes}")
+    if max_workers is not None and max_workers < 1:
+        fail(f"--max-workers must be at least 1, got {max_workers}")
     serve = functools.partial(
         serve_stdio,
         tools or (),
@@ -326,6 +340,8 @@ def serve_command(
         load_timeout=load_timeout,
         max_message_bytes=max_message_bytes,
         sandbox=sandbox,
+        max_workers=max_workers,
+        queue_timeout=queue_timeout,
     )
 
     async def main(_: Signals) -> int:

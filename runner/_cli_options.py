@@ -30,6 +30,7 @@ class ExitCode(IntEnum):
     OK = 0
     TOOL_ERROR = 1  # the result is an error (tool_error, crashed, load_error, limit_exceeded, protocol_error)
     USAGE = 2  # bad flags, malformed --args, invalid arguments, unknown tool
+    BUSY = 75  # EX_TEMPFAIL: the runner was busy and the call never started; retry later
     TIMEOUT = 124  # like timeout(1)
     CANCELLED = 130  # like a shell's 128 + SIGINT
 
@@ -40,6 +41,7 @@ EXIT_BY_KIND = {
     "not_found": ExitCode.USAGE,
     "timeout": ExitCode.TIMEOUT,
     "cancelled": ExitCode.CANCELLED,
+    "busy": ExitCode.BUSY,
 }
 
 ToolsOpt = Annotated[
@@ -94,7 +96,22 @@ class SandboxOptions:
             list[str] | None, typer.Option("--allow-exec", help="strict: a program tools may run (repeatable).")
         ] = None,
         allow_env: Annotated[
-            list[str] | None, typer.Option("--allow-env", help="Another environment variable to pass (repeatable).")
+            list[str] | None,
+            typer.Option(
+                "--pass-env",
+                "--allow-env",
+                metavar="NAME",
+                help="An environment variable tools get (repeatable); a secret-looking one too, when named exactly. "
+                "Others are not passed.",
+            ),
+        ] = None,
+        env_prefix: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--pass-env-prefix",
+                metavar="PREFIX",
+                help="Every environment variable whose name starts with PREFIX, secrets included (repeatable).",
+            ),
         ] = None,
         network: Annotated[str, typer.Option("--network", help="strict: off, or netns (also no interfaces).")] = "off",
         best_effort: Annotated[
@@ -105,6 +122,8 @@ class SandboxOptions:
             fail(f"--sandbox must be one of {', '.join(LEVELS)}, got {level!r}")
         if network not in ("off", "netns"):
             fail(f"--network must be off or netns, got {network!r}")
+        if any(not prefix for prefix in env_prefix or ()):
+            fail("--pass-env-prefix needs a non-empty prefix (an empty one would pass the whole environment)")
         base = SandboxPolicy(level=level)  # type: ignore[arg-type]
         limits = {
             "memory_mb": memory_mb, "cpu_seconds": cpu_seconds, "max_procs": max_procs, "open_files": open_files,
@@ -119,6 +138,7 @@ class SandboxOptions:
             extra_write_paths=tuple(os.path.abspath(p) for p in allow_write or ()),
             allow_exec=tuple(allow_exec or ()),
             env_allow=tuple(allow_env or ()),
+            env_allow_prefixes=tuple(env_prefix or ()),
             network=network,
             best_effort=best_effort,
         )

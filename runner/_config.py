@@ -27,6 +27,7 @@ DEFAULT_MAX_CALLS_PER_WORKER: Final = 1000
 DEFAULT_IDLE_TIMEOUT: Final = 300.0
 DEFAULT_MAX_WORKER_RSS_MB: Final = 1024
 DEFAULT_SPARE_WORKERS: Final = 1
+DEFAULT_QUEUE_TIMEOUT: Final = 120.0
 # Off unless XCSH_RUN_FORKSERVER=1 (how the test suite runs every test with it on).
 DEFAULT_FORKSERVER: Final = os.environ.get("XCSH_RUN_FORKSERVER") == "1"
 DEFAULT_MAX_MESSAGE_BYTES: Final = 16 * 2**20  # the MCP server's longest message
@@ -76,6 +77,11 @@ class RunnerConfig:
         tool_policies: per-tool policies by tool name, instead of ``sandbox``.
         max_workers: calls running at once (each in its own worker); more wait
             their turn, first come first served. Default: twice the core count, at least 4.
+        queue_timeout: seconds a call may wait for its turn (``max_workers``,
+            or the running call of an exclusive tool) before it ends ``busy``
+            without having started; None waits as long as it takes. Time in
+            the queue is not the call's: its own timeout starts when it leaves
+            the queue.
         max_calls_per_worker: a warm worker is retired after this many calls.
         idle_timeout: seconds an idle warm worker is kept.
         max_worker_rss_mb: a warm worker grown past this is retired after its call.
@@ -118,6 +124,7 @@ class RunnerConfig:
     sandbox: SandboxPolicy = field(default_factory=SandboxPolicy)
     tool_policies: Mapping[str, SandboxPolicy] = field(default_factory=lambda: MappingProxyType({}))
     max_workers: int | None = None
+    queue_timeout: float | None = DEFAULT_QUEUE_TIMEOUT
     max_calls_per_worker: int | None = DEFAULT_MAX_CALLS_PER_WORKER
     idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT
     max_worker_rss_mb: int | None = DEFAULT_MAX_WORKER_RSS_MB
@@ -138,8 +145,9 @@ class RunnerConfig:
             fix(self, "env", MappingProxyType(dict(self.env)))
         for label in ("default_timeout", "grace", "load_timeout"):
             fix(self, label, check_seconds(label, getattr(self, label)))
-        if self.idle_timeout is not None:
-            fix(self, "idle_timeout", check_seconds("idle_timeout", self.idle_timeout))
+        for label in ("idle_timeout", "queue_timeout"):
+            if getattr(self, label) is not None:
+                fix(self, label, check_seconds(label, getattr(self, label)))
         if not MIN_FRAME_BYTES <= self.max_frame_bytes <= MAX_FRAME_BYTES:
             raise ConfigError(f"max_frame_bytes must be between 1 KiB and 4 GiB, got {self.max_frame_bytes}")
         if self.max_workers is not None and self.max_workers < 1:

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Final
 
+import msgspec
 import trio
 
 from . import _forkserver as forkserver
@@ -20,7 +21,7 @@ from ._errors import WorkerStartupError
 from ._faults import fault_point
 from ._forkserver import ForkServer
 from ._proc import NotificationHandler, RequestHandler, TeardownStats, WorkerProcess
-from ._sandbox import MiB, Probe, SandboxPolicy, build_env, worker_config
+from ._sandbox import MiB, Probe, SandboxPolicy, build_env, dropped_env, worker_config
 from ._workdir import make_workdir, remove_workdir
 
 log: Final = logging.getLogger("xcsh_run")
@@ -112,6 +113,8 @@ class ProcessFactory:
                 workdir = make_workdir()
             env = build_env(policy, self._env, workdir) if workdir is not None else self._env
             config = worker_config(policy, self._probe, module=module, cwd=self._cwd, workdir=workdir, env=env)
+            if env is not self._env:
+                config = msgspec.structs.replace(config, dropped_env=dropped_env(self._env, env))
             boundary = self._new_boundary(policy)
         except BaseException as exc:
             if workdir is not None:

@@ -30,13 +30,15 @@ from worker import _protocol as p
 from ._boundary import CgroupRoot
 from ._bridge import HostBridge, UIContext, log
 from ._cache import ModuleCache, default_dir
-from ._calls import Calls, CallTable, CancelLadder
+from ._calls import Calls
 from ._calls import UpdateCallback as UpdateCallback
+from ._calltable import CallTable, CancelLadder
 from ._config import (
     DEFAULT_FORKSERVER,
     DEFAULT_IDLE_TIMEOUT,
     DEFAULT_MAX_CALLS_PER_WORKER,
     DEFAULT_MAX_WORKER_RSS_MB,
+    DEFAULT_QUEUE_TIMEOUT,
     DEFAULT_SPARE_WORKERS,
     RunnerConfig,
 )
@@ -132,7 +134,7 @@ class Runner:
             self._pool, self._registry, table=table, max_workers=config.worker_limit, probe=probe,
             checked={config.sandbox: list(unenforced)}, deliver_cancel=CancelLadder(config.grace),
             before_call=self._bridge.sync_ui, ready=self._bridge.ui_synced,
-            deadlines=DeadlineKeeper(self._housekeeping),
+            deadlines=DeadlineKeeper(self._housekeeping), queue_timeout=config.queue_timeout,
         )  # fmt: skip
 
     # --- configuration ---------------------------------------------------------------
@@ -232,7 +234,8 @@ class Runner:
                 in order, before this returns. It runs on the host's event loop
                 and must not block.
             timeout: seconds; defaults to the tool's own timeout, then the
-                runner's default. Starting a worker counts against it.
+                runner's default. It starts when the call leaves the queue
+                (see ``queue_timeout``); starting a worker counts against it.
             tool_call_id: an id for :meth:`cancel` and for the tool; generated if absent.
             ctx: read-only state shared with the tool as ``ctx``.
             sandbox: this call's policy, instead of the tool's or the runner's.
@@ -396,6 +399,7 @@ async def open_runner(
     sandbox: SandboxPolicy | None = None,
     tool_policies: Mapping[str, SandboxPolicy] | None = None,
     max_workers: int | None = None,
+    queue_timeout: float | None = DEFAULT_QUEUE_TIMEOUT,
     max_calls_per_worker: int | None = DEFAULT_MAX_CALLS_PER_WORKER,
     idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
     max_worker_rss_mb: int | None = DEFAULT_MAX_WORKER_RSS_MB,
@@ -438,6 +442,7 @@ async def open_runner(
         sandbox=sandbox if sandbox is not None else SandboxPolicy(),
         tool_policies=tool_policies or {},
         max_workers=max_workers,
+        queue_timeout=queue_timeout,
         max_calls_per_worker=max_calls_per_worker,
         idle_timeout=idle_timeout,
         max_worker_rss_mb=max_worker_rss_mb,

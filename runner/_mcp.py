@@ -55,7 +55,7 @@ import trio
 from worker._connection import NotificationDropped, NotificationReceived, RequestReceived, RequestRefused
 from worker._messages import ErrorCode, ErrorObject, LocalProtocolError, Message, RefusalReason, RemoteProtocolError
 
-from ._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT, check_seconds
+from ._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT, DEFAULT_QUEUE_TIMEOUT, check_seconds
 from ._errors import ConfigError
 from ._host import Runner, ToolInfo
 from ._mcp_methods import (
@@ -132,6 +132,9 @@ class McpServer:
         load_timeout: seconds a module may take to load.
         max_message_bytes: the longest line accepted; longer ones get -32600.
         poll_interval: seconds between checks of the tool files for changes.
+        max_workers: calls running at once; more wait their turn (see :class:`RunnerConfig`).
+        queue_timeout: seconds a call may wait for its turn before it ends
+            ``busy``; the call's own timeout starts when it leaves the queue.
     """
 
     def __init__(
@@ -145,8 +148,10 @@ class McpServer:
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         sandbox: SandboxPolicy | None = None,
+        max_workers: int | None = None,
+        queue_timeout: float | None = DEFAULT_QUEUE_TIMEOUT,
     ) -> None:
-        for label, value in (("timeout", timeout), ("poll_interval", poll_interval)):
+        for label, value in (("timeout", timeout), ("poll_interval", poll_interval), ("queue_timeout", queue_timeout)):
             if value is not None:
                 check_seconds(label, value)
         if max_message_bytes < 1024:
@@ -162,6 +167,7 @@ class McpServer:
             sandbox=sandbox,
             poll_interval=poll_interval,
             on_reloaded=self._on_reloaded,
+            options={"max_workers": max_workers, "queue_timeout": queue_timeout},
         )
         self._transport = LineTransport(
             max_message_bytes=max_message_bytes, on_message=self._on_message, on_broken=self._stop

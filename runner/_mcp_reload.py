@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import trio
@@ -85,10 +85,14 @@ class Runners:
         sandbox: SandboxPolicy | None,
         poll_interval: float,
         on_reloaded: Callable[[list[ToolInfo], list[ToolInfo]], Awaitable[None]],
+        options: Mapping[str, Any] | None = None,
     ) -> None:
         self._paths = list(paths)
         self._cwd = cwd
-        self._options: dict[str, Any] = {"cwd": cwd, "grace": grace, "load_timeout": load_timeout, "sandbox": sandbox}
+        # `options`: more of open_runner's keywords (max_workers, queue_timeout).
+        self._options: dict[str, Any] = {
+            **(options or {}), "cwd": cwd, "grace": grace, "load_timeout": load_timeout, "sandbox": sandbox,
+        }  # fmt: skip
         self._poll_interval = poll_interval
         self._on_reloaded = on_reloaded
         self._generations: set[Generation] = set()

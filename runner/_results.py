@@ -20,6 +20,7 @@ class ErrorKind(enum.StrEnum):
     CRASHED = "crashed"
     LIMIT_EXCEEDED = "limit_exceeded"
     PROTOCOL_ERROR = "protocol_error"
+    BUSY = "busy"
 
 
 class ErrorInfo(msgspec.Struct, frozen=True, omit_defaults=True):

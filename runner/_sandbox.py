@@ -80,7 +80,11 @@ class SandboxPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         allow_exec: programs a ``strict`` tool may run (names looked up on PATH,
             or absolute paths).
         env_allow: extra environment variable names or patterns passed
-            through; an exact name here also passes a secret-looking one.
+            through; an exact name here also passes a secret-looking one
+            (CLI: ``--pass-env NAME``).
+        env_allow_prefixes: every variable whose name starts with one of
+            these is passed, secret-looking ones included: naming a prefix is
+            as explicit as naming each variable (CLI: ``--pass-env-prefix``).
         network: ``off`` (strict: no sockets) or ``netns`` (strict: also an
             empty network namespace).
         best_effort: run even where a mechanism is missing, reporting it
@@ -99,12 +103,15 @@ class SandboxPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     extra_write_paths: tuple[str, ...] = ()
     allow_exec: tuple[str, ...] = ()
     env_allow: tuple[str, ...] = ()
+    env_allow_prefixes: tuple[str, ...] = ()
     network: Literal["off", "netns"] = "off"
     best_effort: bool = False
 
     def __post_init__(self) -> None:
         if self.level not in LEVELS:
             raise ConfigError(f"sandbox level must be one of {', '.join(LEVELS)}, got {self.level!r}")
+        if any(not prefix for prefix in self.env_allow_prefixes):
+            raise ConfigError("sandbox env_allow_prefixes: an empty prefix would pass the whole environment")
         for name in ("memory_mb", "cpu_seconds", "open_files", "file_size_mb", "max_procs", "output_mb"):
             value = getattr(self, name)
             if value is not None and value <= 0:
@@ -255,8 +262,12 @@ def build_env(policy: SandboxPolicy, host_env: Mapping[str, str], workdir: Path)
     if policy.level == "none":
         return dict(host_env)
     exact = set(policy.env_allow)
+    prefixes = tuple(policy.env_allow_prefixes)
     env: dict[str, str] = {}
     for name, value in host_env.items():
+        if prefixes and name.startswith(prefixes):
+            env[name] = value
+            continue
         if not _matches(name, (*_BASE_ENV, *policy.env_allow)):
             continue
         if name not in exact and not name.startswith("XCSH_RUN_") and _matches(name.upper(), _SECRET_PATTERNS):
@@ -270,6 +281,15 @@ def build_env(policy: SandboxPolicy, host_env: Mapping[str, str], workdir: Path)
         # glibc reserves ~64 MiB of address space per thread arena.
         env.setdefault("MALLOC_ARENA_MAX", "2")
     return env
+
+
+def dropped_env(host_env: Mapping[str, str], env: Mapping[str, str]) -> list[str]:
+    """The names (never the values) of the host's variables a worker's environment left out.
+
+    The worker is told them, so that a tool that reads one learns which
+    variable to pass instead of failing without saying why.
+    """
+    return sorted(name for name in host_env if name not in env)
 
 
 def _python_paths() -> list[str]:

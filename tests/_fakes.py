@@ -19,7 +19,8 @@ from typing import Any, Literal
 
 import trio
 
-from runner._calls import Calls, CallTable, CancelLadder
+from runner._calls import Calls
+from runner._calltable import CallTable, CancelLadder
 from runner._config import RunnerConfig
 from runner._deadlines import DeadlineKeeper
 from runner._discovery import Candidate, ToolSource
@@ -231,6 +232,7 @@ async def assemble(
     max_workers: int = 4,
     grace: float = 1.0,
     spares: bool = False,
+    queue_timeout: float | None = None,
 ) -> AsyncIterator[Assembly]:
     """A pool, a registry and the calls, as the runner wires them, around fake workers."""
     factory = factory or FakeFactory()
@@ -247,6 +249,7 @@ async def assemble(
         calls = Calls(
             pool, registry, table=CallTable(), max_workers=max_workers, probe=None,  # type: ignore[arg-type]
             checked={POLICY: []}, deliver_cancel=CancelLadder(grace), deadlines=deadlines,
+            queue_timeout=queue_timeout,
         )  # fmt: skip
         if spares:
             pool.want_spares(POLICY)

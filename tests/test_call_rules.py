@@ -11,6 +11,8 @@ import pytest
 import trio
 import trio.testing
 
+from runner import ToolResult
+
 from ._fakes import Assembly, FakeFactory, FakeWorker, Mode, assemble
 
 GRACE = 2.0
@@ -200,16 +202,63 @@ async def test_an_exclusive_tool_runs_one_call_at_a_time(autojump_clock: trio.te
         assert len(a.factory.started) == 1  # never two at once: one worker served all three
 
 
-async def test_queued_time_counts_against_the_deadline(autojump_clock: trio.testing.MockClock) -> None:
-    async with assemble(FakeFactory(mode="hold"), max_workers=1) as a:
+async def test_time_in_the_queue_is_not_the_calls_own(autojump_clock: trio.testing.MockClock) -> None:
+    # The call ahead holds the only worker for 10 s; the queued call's 3 s start when it does.
+    async with assemble(FakeFactory(mode="hold"), max_workers=1, queue_timeout=60) as a:
+        results: dict[str, ToolResult] = {}
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: a.call(timeout=60))
+            await trio.sleep(1)
+
+            async def queued() -> None:
+                results["queued"] = await a.call(timeout=3)
+
+            nursery.start_soon(queued)
+            await trio.sleep(10)
+            assert a.calls.queued() == 1 and "queued" not in results
+            a.factory.started[0].answer_held()  # the call ahead ends: the queued one is sent
+            await trio.sleep(1)
+            a.factory.started[0].answer_held()
+        assert results["queued"].kind is None, results["queued"].text
+        assert len(a.factory.started) == 1
+
+
+async def test_a_queued_call_ends_busy_at_the_queue_deadline(autojump_clock: trio.testing.MockClock) -> None:
+    async with assemble(FakeFactory(mode="hold"), max_workers=1, queue_timeout=5) as a:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(a.call)
             await trio.sleep(1)
-            late = await a.call(timeout=3)
-            assert late.kind == "timeout"
-            assert "before its worker was ready" in late.text
+            start = trio.current_time()
+            late = await a.call(timeout=60)
+            assert trio.current_time() - start == pytest.approx(5)
+            assert late.kind == "busy"
+            assert late.text.startswith("'echo' did not start: the runner is busy; it waited 5 s (the queue deadline)")
+            assert "1 calls running, max_workers=1" in late.text and "--max-workers" in late.text
+            assert a.factory.started[0].call_ids == [a.factory.started[0].call_ids[0]]  # never sent
             a.factory.started[0].answer_held()
         assert len(a.factory.started) == 1
+
+
+async def test_an_exclusive_call_ends_busy_waiting_for_its_running_call(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with assemble(FakeFactory(mode="hold"), max_workers=4, queue_timeout=2) as a:
+        a.info("echo", concurrency="exclusive")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(a.call)
+            await trio.sleep(1)
+            late = await a.call(timeout=60)
+            assert late.kind == "busy"
+            assert "for the running call of this exclusive tool to end" in late.text
+            a.factory.started[0].answer_held()
+
+
+async def test_a_worker_start_counts_against_the_calls_own_timeout(autojump_clock: trio.testing.MockClock) -> None:
+    # Not queued, but no worker yet: the start (5 s here) is the call's time, not the queue's.
+    async with assemble(FakeFactory(start_seconds=5), queue_timeout=60) as a:
+        result = await a.call(timeout=2)
+    assert result.kind == "timeout"
+    assert "timed out after 2 s before its worker was ready" in result.text
 
 
 async def test_a_module_that_no_longer_defines_the_tool_is_a_load_error(

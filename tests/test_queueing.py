@@ -83,7 +83,25 @@ async def test_a_queued_call_cancelled_before_it_starts_never_runs(tmp_path: Pat
     assert not marked.exists()  # the withdrawn call never ran
 
 
-async def test_a_queued_call_times_out_on_its_queue_time_alone(tmp_path: Path) -> None:
+async def test_a_queued_call_ends_busy_at_the_queue_deadline_and_never_runs(tmp_path: Path) -> None:
+    release, marked = tmp_path / "release", tmp_path / "mark"
+    results: dict[str, Any] = {}
+    with trio.fail_after(30):
+        async with make_runner(QUEUE, max_workers=1, queue_timeout=0.3) as runner:
+            running = trio.Event()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(lambda: _hold(runner, release, results, running))
+                await running.wait()
+                results["queued"] = await runner.call_tool("mark", {"path": str(marked)}, timeout=30)
+                release.touch()
+    assert results["queued"].kind == "busy"
+    assert "did not start: the runner is busy; it waited 0.3 s" in results["queued"].text
+    assert results["ahead"].kind is None
+    assert not marked.exists()
+
+
+async def test_a_queued_calls_own_timeout_starts_when_it_leaves_the_queue(tmp_path: Path) -> None:
+    # The queued call's timeout (1 s) is shorter than its wait in the queue: it still runs.
     release, marked = tmp_path / "release", tmp_path / "mark"
     results: dict[str, Any] = {}
     with trio.fail_after(30):
@@ -92,9 +110,15 @@ async def test_a_queued_call_times_out_on_its_queue_time_alone(tmp_path: Path) -
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(lambda: _hold(runner, release, results, running))
                 await running.wait()
-                results["queued"] = await runner.call_tool("mark", {"path": str(marked)}, timeout=0.3)
+
+                async def queued() -> None:
+                    results["queued"] = await runner.call_tool("mark", {"path": str(marked)}, timeout=1)
+
+                nursery.start_soon(queued)
+                await _wait_queued(runner, 1)
+                # Queued for longer than its own timeout: not a race, a span in which it must not end.
+                await trio.sleep(1.5)
+                assert "queued" not in results, results["queued"].text
                 release.touch()
-    assert results["queued"].kind == "timeout"
-    assert "timed out after 0.3 s before its worker was ready" in results["queued"].text
-    assert results["ahead"].kind is None
-    assert not marked.exists()
+    assert results["queued"].kind is None, results["queued"].text
+    assert marked.exists()

@@ -30,6 +30,9 @@ import traceback
 from types import FrameType
 from typing import NoReturn
 
+import msgspec
+
+from . import _env
 from . import _methods as m
 from ._api import HostLink, ToolAPI
 from ._calls import AsyncBridge, Call, Ctx, Outcome, decode_arguments, execute
@@ -171,6 +174,10 @@ class Worker:
                 self.flush_and_exit(0)
             else:  # pragma: no cover - the table lets no other request through
                 outcome = ErrorObject(code=int(ErrorCode.METHOD_NOT_FOUND), message=f"unknown method {method.name!r}")
+            reads = _env.take_reads()
+            if reads and isinstance(outcome, ErrorObject):
+                # A failure after reading a variable the sandbox left out: most likely why.
+                outcome = msgspec.structs.replace(outcome, message=outcome.message + _env.hint(reads))
             # Reclaimed before the answer is written: the host's next request
             # may follow it at once, and the main thread reads it then.
             inbox.reclaim()
@@ -424,6 +431,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
             unenforced = _sandbox.apply(init.sandbox)
         except _sandbox.SandboxError as exc:
             refuse(ErrorCode.SANDBOX_UNAVAILABLE, f"sandbox not applied: {exc}")
+    _env.watch(init.sandbox.dropped_env)
     worker = Worker(channel, init, kill_fd)
     # Before answering: from the answer on, the host may stop us with SIGTERM,
     # and the default action would look like a crash.

@@ -1,4 +1,5 @@
-"""Tools for queued calls: one that holds its worker until a file appears (then may crash), one that marks a file."""
+"""Tools for queued calls: one that holds its worker until a file appears (then may crash), one that marks a
+file, and a quick one with a short timeout of its own."""
 
 import os
 import signal
@@ -23,7 +24,12 @@ def factory(api):
             f.write(tcid)
         return {"content": [], "details": os.getpid()}
 
+    def quick(tcid, params, on_update, ctx, signal_):
+        return f"quick from {os.getpid()}"
+
     return [
         CustomTool(name="hold", description="holds its worker until a file appears", parameters=OBJ, execute=hold),
         CustomTool(name="mark", description="writes its call id to a file", parameters=OBJ, execute=mark),
+        # Its own timeout (1 s) is shorter than a wait in the queue behind `hold`.
+        CustomTool(name="quick", description="answers at once", parameters=OBJ, execute=quick, timeout=1),
     ]

@@ -1,0 +1,139 @@
+"""The call table (running calls by id: cancel, abort) and the cancellation ladder.
+
+The ladder (:class:`CancelLadder`), used for timeouts and cancellation alike:
+
+1. send ``$/cancel`` with the reason, then SIGTERM to the worker: the tool's
+   ``signal`` fires; a sync tool gets ``ToolCancelled`` raised, an async one
+   has its task cancelled;
+2. wait up to ``grace`` seconds for the worker to answer or exit;
+3. kill the worker's whole boundary (cgroup) and wait until it is empty.
+
+The result's ``error.rung`` says whether step 2 (``"cooperative"``) or step 3
+(``"killed"``) ended it. A worker that went through the ladder is never reused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import trio
+
+from worker import _protocol as p
+
+from ._errors import ConfigError
+from ._outcomes import Rung
+from ._worker_api import InFlight, PoolWorker
+
+# How to stop a call's worker, in the spirit of trio's `run_process(deliver_cancel=...)`:
+# given the worker, the call id, the reason and the call's request (if sent), stop
+# it and say which rung did. It must leave the worker dead or dying, and be bounded.
+DeliverCancel = Callable[[PoolWorker, str, str, "InFlight[p.CallResult] | None"], Awaitable[Rung]]
+
+
+@dataclass(frozen=True)
+class CancelLadder:
+    """The default :data:`DeliverCancel`: ``$/cancel`` + SIGTERM, ``grace`` seconds, then the tree kill."""
+
+    grace: float
+
+    async def __call__(
+        self, worker: PoolWorker, call_id: str, reason: str, pending: InFlight[p.CallResult] | None
+    ) -> Rung:
+        rung = Rung.KILLED
+        with trio.CancelScope(shield=True):
+            with trio.move_on_after(self.grace):
+                await worker.notify(p.CANCEL, p.CancelParams(call_id=call_id, reason=reason))
+                worker.terminate()
+                if pending is not None:
+                    await pending.wait()
+                else:
+                    await worker.wait_exited()
+                rung = Rung.COOPERATIVE
+            await worker.kill()
+        return rung
+
+
+class Call:
+    """One running call, as the table (cancel, abort) and the bridge (UI prompts, logs) see it."""
+
+    __slots__ = (
+        "call_id", "scope", "wake", "reason", "tool", "operation", "ui_scopes", "stopping", "worker_unenforced",
+    )  # fmt: skip
+
+    def __init__(self, call_id: str, tool: str = "", operation: str | None = None) -> None:
+        self.call_id = call_id
+        # What stops its waiting: the scope of a call that may wait for a worker,
+        # or the event a warm call waits on for its answer.
+        self.scope: trio.CancelScope | None = None
+        self.wake: trio.Event | None = None
+        self.reason: str | None = None
+        self.tool = tool
+        self.operation = operation
+        # UI prompts this call is waiting on: cancelled with the call, so they
+        # are answered (with the no-op value) instead of left hanging.
+        self.ui_scopes: set[trio.CancelScope] = set()
+        self.stopping = False
+        self.worker_unenforced: list[str] = []
+
+    def stop(self) -> None:
+        """The ladder begins (timeouts too): no new UI prompt, and the open ones are answered now."""
+        self.stopping = True
+        for scope in self.ui_scopes:
+            scope.cancel()
+
+
+class CallTable:
+    """The running calls by id: cancel one, every one, or every one of an operation."""
+
+    def __init__(self) -> None:
+        self._calls: dict[str, Call] = {}
+        self._changed = trio.Event()
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def get(self, call_id: str | None) -> Call | None:
+        return self._calls.get(call_id) if call_id else None
+
+    def add(self, call_id: str, tool: str, operation: str | None) -> Call:
+        if call_id in self._calls:
+            raise ConfigError(f"tool_call_id {call_id!r} is already running; ids must be unique")
+        call = self._calls[call_id] = Call(call_id, tool, operation)
+        return call
+
+    def remove(self, call_id: str) -> None:
+        del self._calls[call_id]
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def cancel(self, call_id: str, reason: str = "cancelled") -> bool:
+        call = self._calls.get(call_id)
+        if call is None:
+            return False
+        if call.reason is None:
+            call.reason = reason
+        if call.scope is not None:
+            call.scope.cancel()
+        if call.wake is not None:
+            call.wake.set()
+        return True
+
+    def cancel_all(self, reason: str = "cancelled") -> None:
+        for call_id in list(self._calls):
+            self.cancel(call_id, reason)
+
+    def abort(self, call_id: str | None, reason: str) -> None:
+        """A tool's ``ctx.abort()``: cancel its call and every running call of its operation."""
+        call = self.get(call_id)
+        if call is None:
+            return
+        why = f"aborted by {call.tool}: {reason}"
+        for other in list(self._calls.values()):
+            if other is call or (call.operation is not None and other.operation == call.operation):
+                self.cancel(other.call_id, why)
+
+    async def wait_empty(self, bound: float) -> None:
+        with trio.move_on_after(bound):
+            while self._calls:
+                await self._changed.wait()
