@@ -1,9 +1,13 @@
-"""``xcsh-run serve``: every discovered tool behind the Model Context Protocol, over stdio.
+"""``xcsh-run serve``: every discovered tool behind the Model Context Protocol.
 
 A small MCP server written directly on trio (the official SDK's server is
-asyncio/anyio and pydantic based, and would drag both into the host). The wire
-is the MCP stdio transport: UTF-8 JSON-RPC 2.0, one message per line, nothing
-but protocol on stdout.
+asyncio/anyio and pydantic based, and would drag both into the host). One
+:class:`~runner._mcp_server.ToolServer` (the runners, their reloads, the
+calls' settings) serves any number of :class:`McpSession` s, each with its own
+``Connection``, negotiated revision, requests in flight and outboxes. The stdio
+transport (:class:`McpServer`: UTF-8 JSON-RPC 2.0, one message per line,
+nothing but protocol on stdout) is one session; Streamable HTTP
+(``_mcp_http``) opens one per ``Mcp-Session-Id``.
 
 What is mapped how:
 
@@ -31,8 +35,13 @@ What is mapped how:
   server keeps serving. Requests run concurrently, each in its own task.
 - stdin EOF (or SIGTERM/SIGINT) stops every call through the ladder, closes
   the runners and returns once no worker is left.
+- A session sends in two places only: :meth:`McpSession.notify` (what the
+  server says on its own, to the session's outbox) and ``_send_for`` (what
+  belongs to a request, its progress and response, to the request's reply
+  outbox).
 
-Layout: ``_mcp_transport`` (lines, the writer task, malformed input),
+Layout: ``_mcp_server`` (what sessions share, and the lifecycle),
+``_mcp_transport`` (lines, the writer task, malformed input),
 ``_mcp_methods`` (the method table of the shared sans-io ``Connection``, which
 keeps the JSON-RPC books: ids in flight, duplicates, one answer per request,
 unknown methods, params that are not an object, the lifecycle),
@@ -42,9 +51,10 @@ unknown methods, params that are not an object, the lifecycle),
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
-import os
+import math
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -54,8 +64,8 @@ import trio
 
 from worker._connection import NotificationDropped, NotificationReceived, RequestReceived, RequestRefused
 from worker._messages import ErrorCode, ErrorObject, LocalProtocolError, Message, RefusalReason, RemoteProtocolError
+from worker._methods import Notice, State
 
-from ._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT, DEFAULT_QUEUE_TIMEOUT, check_seconds
 from ._errors import ConfigError
 from ._host import Runner, ToolInfo
 from ._mcp_methods import (
@@ -70,13 +80,12 @@ from ._mcp_methods import (
     CancelledParams,
     server_connection,
 )
-from ._mcp_reload import Runners
 from ._mcp_render import META_ERROR, Progress, render_result, render_tools
+from ._mcp_server import DEFAULT_POLL_INTERVAL as DEFAULT_POLL_INTERVAL
+from ._mcp_server import Outbox, ToolServer
 from ._mcp_transport import DEFAULT_MAX_MESSAGE_BYTES as DEFAULT_MAX_MESSAGE_BYTES
 from ._mcp_transport import FLUSH_TIMEOUT, LineTransport, RequestId, error_line, take_over_stdio, valid_id
 from ._results import ErrorKind, error_result
-from ._sandbox import SandboxPolicy
-from ._signals import watching_signals
 
 logger = logging.getLogger("xcsh_run.mcp")
 
@@ -88,8 +97,6 @@ LATEST_PROTOCOL_VERSION: Final = "2025-11-25"
 # Newest first. A client asking for one of these gets it back; any other
 # request is answered with the latest, and the client decides (lifecycle spec).
 SUPPORTED_PROTOCOL_VERSIONS: Final = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
-
-DEFAULT_POLL_INTERVAL: Final = 1.0
 
 _call_numbers = itertools.count(1)
 
@@ -109,69 +116,30 @@ class _Request:
     connection's business; this is the task's side: its scope and its call.
     """
 
-    __slots__ = ("id", "method", "params", "cancelled", "scope", "runner", "call_id")
+    __slots__ = ("id", "method", "params", "reply", "cancelled", "scope", "runner", "call_id")
 
-    def __init__(self, request_id: RequestId, method: str, params: dict[str, Any]) -> None:
+    def __init__(self, request_id: RequestId, method: str, params: dict[str, Any], reply: Outbox) -> None:
         self.id = request_id
         self.method = method
         self.params = params
+        self.reply = reply  # where its progress and its response go
         self.cancelled = False
-        self.scope: trio.CancelScope | None = None
+        self.scope = trio.CancelScope()  # entered by its task
         self.runner: Runner | None = None
         self.call_id: str | None = None
 
 
-class McpServer:
-    """Serves the tools of ``tool_paths`` (and ``<cwd>/.xcsh/tools``) on a pair of trio streams.
+class McpSession:
+    """One client's MCP session: its protocol books and its ways of sending; the tools are ``server``'s.
 
-    Args:
-        tool_paths: tool files or folders, like the CLI's ``--tools``.
-        cwd: the working directory tools see; default: the current one.
-        timeout: seconds per call, overriding the tools' own; None keeps them.
-        grace: seconds between SIGTERM and the tree kill in the ladder.
-        load_timeout: seconds a module may take to load.
-        max_message_bytes: the longest line accepted; longer ones get -32600.
-        poll_interval: seconds between checks of the tool files for changes.
-        max_workers: calls running at once; more wait their turn (see :class:`RunnerConfig`).
-        queue_timeout: seconds a call may wait for its turn before it ends
-            ``busy``; the call's own timeout starts when it leaves the queue.
+    ``outbox`` takes what the server says on its own (notifications); a
+    request's progress and response go to the ``reply`` outbox it came with
+    (the session's own when it came with none).
     """
 
-    def __init__(
-        self,
-        tool_paths: Sequence[str] = (),
-        *,
-        cwd: str | None = None,
-        timeout: float | None = None,
-        grace: float = DEFAULT_GRACE,
-        load_timeout: float = DEFAULT_LOAD_TIMEOUT,
-        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-        poll_interval: float = DEFAULT_POLL_INTERVAL,
-        sandbox: SandboxPolicy | None = None,
-        max_workers: int | None = None,
-        queue_timeout: float | None = DEFAULT_QUEUE_TIMEOUT,
-    ) -> None:
-        for label, value in (("timeout", timeout), ("poll_interval", poll_interval), ("queue_timeout", queue_timeout)):
-            if value is not None:
-                check_seconds(label, value)
-        if max_message_bytes < 1024:
-            raise ConfigError(f"max_message_bytes must be at least 1024, got {max_message_bytes}")
-        self._timeout = timeout
-        self._grace = grace
-        self._load_timeout = load_timeout
-        self._runners = Runners(
-            tool_paths,
-            cwd=os.path.abspath(cwd if cwd is not None else os.getcwd()),
-            grace=grace,
-            load_timeout=load_timeout,
-            sandbox=sandbox,
-            poll_interval=poll_interval,
-            on_reloaded=self._on_reloaded,
-            options={"max_workers": max_workers, "queue_timeout": queue_timeout},
-        )
-        self._transport = LineTransport(
-            max_message_bytes=max_message_bytes, on_message=self._on_message, on_broken=self._stop
-        )
+    def __init__(self, server: ToolServer, outbox: Outbox) -> None:
+        self._server = server
+        self._outbox = outbox
         self._conn = server_connection()
         self._routes: dict[str, Callable[[_Request], Awaitable[dict[str, Any]]]] = {
             INITIALIZE.name: self._initialize,
@@ -181,94 +149,79 @@ class McpServer:
         }
         self._version = LATEST_PROTOCOL_VERSION
         self._tasks: dict[RequestId, _Request] = {}
-        self._requests: trio.Nursery | None = None
-        self._read_scope = trio.CancelScope()
-        self._closing: str | None = None  # why the server is stopping, once it is
-        self.stopped_by: signal.Signals | None = None
+        self._closing: str | None = None  # why the session stops taking calls, once it does
+        self._deadline = math.inf  # what requests may take once it winds down
+        server.sessions.add(self)
 
-    # --- lifecycle -------------------------------------------------------------
+    @property
+    def version(self) -> str:
+        """The negotiated protocol revision (the latest until ``initialize`` says otherwise)."""
+        return self._version
 
-    async def serve(
-        self, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream, *, handle_signals: bool = False
-    ) -> None:
-        """Serve until ``receive`` ends (or a signal, or a broken ``send``); then stop every call.
+    @property
+    def initialized(self) -> bool:
+        """Whether ``initialize`` was answered with a result."""
+        return self._conn.state is not State.AWAITING_INIT
 
-        With ``handle_signals``, SIGTERM and SIGINT stop the server the same
-        way (and set :attr:`stopped_by`). Returns only once every worker of
-        every runner is gone.
-        """
-        if not handle_signals:
-            await self._serve(receive, send)
-            return
-        async with watching_signals() as signals:
-            with signals.handled_by(self._on_signal):
-                await self._serve(receive, send)
+    # --- sending: the one place for each kind of message ---------------------
 
-    async def _serve(self, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream) -> None:
-        async with trio.open_nursery() as outer:
-            writer_scope = trio.CancelScope()
-            outer.start_soon(self._write, send, writer_scope)
-            # Runners live in `outer`: they outlast the calls made on them.
-            outer.start_soon(self._runners.run, outer)
-            async with trio.open_nursery() as requests:
-                self._requests = requests
-                with self._read_scope:
-                    await self._transport.read(receive, requests)
-                    self._closing = "stdin closed"
-                self._wind_down(requests)
-            self._runners.retire_all()
-            self._conn.close()
-            # What is queued still goes out, for a bounded time; then the writer stops.
-            self._transport.close()
-            writer_scope.deadline = trio.current_time() + FLUSH_TIMEOUT
+    async def notify(self, notice: Notice[Any], params: dict[str, Any]) -> None:
+        """Send a server-initiated notification to the client (its session outbox)."""
+        await self._outbox.send(self._conn.send_notification(notice, params))
 
-    async def _write(self, send: trio.abc.SendStream, scope: trio.CancelScope) -> None:
-        with scope:
-            await self._transport.run_writer(send)
+    async def _send_for(self, request: _Request, data: bytes) -> None:
+        """Send a message that belongs to ``request`` (its progress, its response) where its reply goes."""
+        await request.reply.send(data)
 
-    def _stop(self, why: str) -> None:
-        if self._closing is None:
-            self._closing = why
-            logger.info("stopping: %s", why)
-        self._read_scope.cancel()
+    async def _reply_once(self, reply: Outbox, data: bytes) -> None:
+        try:
+            await reply.send(data)
+        finally:
+            reply.end()
 
-    def _wind_down(self, requests: trio.Nursery) -> None:
-        """Stop taking work: calls in flight go through the ladder, the rest finish.
+    # --- lifecycle ---------------------------------------------------------------
+
+    def wind_down(self, why: str, deadline: float) -> None:
+        """Stop taking calls: calls in flight go through the ladder, the rest finish by ``deadline``.
 
         A call stopped here is not one the client cancelled, so its
-        ``cancelled`` result is still sent (a client that reads stdout to EOF
-        learns why). Quick requests (ping, tools/list) are answered. Everything
-        is bounded: what is still running after the ladder and a load's time
-        is cancelled outright.
+        ``cancelled`` result is still sent (a client that reads to the end
+        learns why). Quick requests (ping, tools/list) are answered. What is
+        still running at ``deadline`` is cancelled outright, unanswered.
         """
-        logger.info("stopping: %s; %d request(s) in flight", self._closing, len(self._tasks))
-        # No more (re)loads; requests waiting for one are let through, to find `_closing` set.
-        self._runners.stop()
-        why = f"the MCP server is shutting down: {self._closing}"
+        if self._closing is None:
+            self._closing = why
+        self._deadline = min(self._deadline, deadline)
+        logger.info("%s; %d request(s) in flight", why, len(self._tasks))
         for request in list(self._tasks.values()):
             if request.runner is not None and request.call_id is not None:
                 request.runner.cancel(request.call_id, why)
-        requests.cancel_scope.deadline = trio.current_time() + self._grace + self._load_timeout + 2.0
+            request.scope.deadline = min(request.scope.deadline, self._deadline)
 
-    def _on_signal(self, sig: signal.Signals) -> bool:
-        self.stopped_by = sig
-        self._stop(f"received {sig.name}")
-        return True  # taken: the server winds its calls down itself
+    def close(self) -> None:
+        """The session is over: no more messages either way."""
+        self._server.sessions.discard(self)
+        self._conn.close()
+        self._outbox.end()
 
-    async def _on_reloaded(self, before: list[ToolInfo], after: list[ToolInfo]) -> None:
+    async def tools_changed(self, before: list[ToolInfo], after: list[ToolInfo]) -> None:
         # Sent only once the client said notifications/initialized (the table's rule).
         if self._conn.state in TOOLS_LIST_CHANGED.allowed and render_tools(before, self._version) != render_tools(
             after, self._version
         ):
-            await self._transport.send(self._conn.send_notification(TOOLS_LIST_CHANGED, {}))
+            await self.notify(TOOLS_LIST_CHANGED, {})
 
-    async def _send_progress(self, params: dict[str, Any]) -> None:
-        await self._transport.send(self._conn.send_notification(PROGRESS, params))
+    async def _send_progress(self, request: _Request, params: dict[str, Any]) -> None:
+        await self._send_for(request, self._conn.send_notification(PROGRESS, params))
 
     # --- incoming messages ------------------------------------------------------
 
-    def _on_message(self, message: Message) -> None:
-        """A request or a notification from the transport. Runs in the read loop, so it never blocks."""
+    def _on_message(self, message: Message, reply: Outbox | None = None) -> None:
+        """A request or a notification from the transport. Runs in the read loop, so it never blocks.
+
+        A request's progress and response go to ``reply`` (the session's
+        outbox when None).
+        """
         try:
             self._conn.receive_message(message)
             event = self._conn.next_event()
@@ -277,17 +230,18 @@ class McpServer:
             # or take any params, and responses never get here); should it
             # happen, stop cleanly.
             logger.error("the MCP connection failed: %s", exc)
-            self._stop(f"protocol error: {exc}")
+            self._server.stop(f"protocol error: {exc}")
             return
         if isinstance(event, RequestReceived):
-            request = _Request(event.id, event.method.name, event.params)
+            request = _Request(event.id, event.method.name, event.params, reply or self._outbox)
+            request.scope.deadline = self._deadline
             # Registered before its task starts, so a cancellation that follows
             # on the next line always finds it.
             self._tasks[event.id] = request
-            assert self._requests is not None
-            self._requests.start_soon(self._handle, request)
+            self._server.start_request(functools.partial(self._handle, request))
         elif isinstance(event, RequestRefused):
-            self._transport.send_soon(error_line(event.id, event.error.code, self._refusal(event)))
+            data = error_line(event.id, event.error.code, self._refusal(event))
+            self._server.start_request(functools.partial(self._reply_once, reply or self._outbox, data))
         elif isinstance(event, NotificationReceived):
             if event.method is CANCELLED:
                 self._cancel(event.params)
@@ -297,6 +251,8 @@ class McpServer:
             # Notifications are never answered, not even malformed ones (a
             # notifications/cancelled without a usable requestId lands here).
             logger.debug("ignored notification %s (%s)", event.method_name, event.reason)
+        if reply is not None and not isinstance(event, (RequestReceived, RequestRefused)):
+            reply.end()  # nothing belongs to a notification
 
     def _refusal(self, refused: RequestRefused) -> str:
         """The connection's refusal, in this server's words."""
@@ -313,19 +269,22 @@ class McpServer:
         return f"invalid request: {refused.error.message}"
 
     def _cancel(self, params: CancelledParams) -> None:
-        request_id, reason = params.request_id, params.reason
+        reason = params.reason
+        why = reason if isinstance(reason, str) and reason else "cancelled by the MCP client"
+        self.cancel_request(params.request_id, why)
+
+    def cancel_request(self, request_id: RequestId, why: str) -> None:
+        """Stop a request in flight, unanswered (``notifications/cancelled``, or its client is gone)."""
         request = self._tasks.get(request_id)
         # Unknown or finished requests are ignored (the response may already
         # be on its way); initialize MUST NOT be cancelled.
         if request is None or request.method == INITIALIZE.name:
             return
-        why = reason if isinstance(reason, str) and reason else "cancelled by the MCP client"
         request.cancelled = True
         logger.info("request %r (%s) cancelled: %s", request_id, request.method, why)
         if request.runner is not None and request.call_id is not None and request.runner.cancel(request.call_id, why):
             return  # the call ends through the ladder with a `cancelled` result, which is not sent
-        if request.scope is not None:
-            request.scope.cancel()
+        request.scope.cancel()
 
     # --- requests ----------------------------------------------------------------
 
@@ -333,25 +292,29 @@ class McpServer:
         result: dict[str, Any] | None = None
         error: ErrorObject | None = None
         try:
-            with trio.CancelScope() as scope:
-                request.scope = scope
-                if request.cancelled:
-                    scope.cancel()
-                try:
-                    result = await self._routes[request.method](request)
-                except _RpcError as exc:
-                    error = ErrorObject(code=exc.code, message=str(exc))
-                except Exception as exc:
-                    logger.exception("request %r (%s) failed", request.id, request.method)
-                    error = ErrorObject(code=ErrorCode.INTERNAL_ERROR, message=f"internal error: {exc!r}")
+            try:
+                # Entered here, created with the request: a cancellation or a
+                # wind-down deadline that came first applies on entry.
+                with request.scope:
+                    try:
+                        result = await self._routes[request.method](request)
+                    except _RpcError as exc:
+                        error = ErrorObject(code=exc.code, message=str(exc))
+                    except Exception as exc:
+                        logger.exception("request %r (%s) failed", request.id, request.method)
+                        error = ErrorObject(code=ErrorCode.INTERNAL_ERROR, message=f"internal error: {exc!r}")
+            finally:
+                self._tasks.pop(request.id, None)
+            if request.cancelled or request.scope.cancelled_caught:
+                # The spec: the receiver of a cancellation does not answer the
+                # request; one cut short by a wind-down has nobody waiting.
+                self._conn.withhold(request.id)
+                why = "after its cancellation" if request.cancelled else "cut short by the wind-down"
+                logger.info("request %r (%s) ended %s; no response sent", request.id, request.method, why)
+                return
+            await self._send_for(request, self._answer(request.id, result, error))
         finally:
-            self._tasks.pop(request.id, None)
-        if request.cancelled:
-            # The spec: the receiver of a cancellation does not answer the request.
-            self._conn.withhold(request.id)
-            logger.info("request %r (%s) ended after its cancellation; no response sent", request.id, request.method)
-            return
-        await self._transport.send(self._answer(request.id, result, error))
+            request.reply.end()
 
     def _answer(self, request_id: RequestId, result: dict[str, Any] | None, error: ErrorObject | None) -> bytes:
         if error is None:
@@ -394,8 +357,9 @@ class McpServer:
             raise _RpcError(
                 ErrorCode.INVALID_PARAMS, "invalid params: unknown cursor (tools/list is never paginated here)"
             )
-        await self._runners.first_load.wait()  # the first load runs in the background
-        return {"tools": render_tools(self._runners.tools, self._version)}
+        runners = self._server.runners
+        await runners.first_load.wait()  # the first load runs in the background
+        return {"tools": render_tools(runners.tools, self._version)}
 
     async def _tools_call(self, request: _Request) -> dict[str, Any]:
         params = request.params
@@ -405,21 +369,22 @@ class McpServer:
         arguments = params.get("arguments")
         meta = params.get("_meta")
         token = meta.get("progressToken") if isinstance(meta, dict) else None
-        generation = await self._runners.current()
+        generation = await self._server.runners.current()
         # No checkpoint from here to call_tool's registration of the call id,
         # so a cancellation (or the wind-down) either finds the call in the
         # runner or finds `request.cancelled` / `_closing` already set.
         if self._closing is not None:
-            message = f"{name!r} was not started: the MCP server is shutting down ({self._closing})"
+            message = f"{name!r} was not started: {self._closing}"
             return render_result(error_result(ErrorKind.CANCELLED, message), self._version)
         if generation is None:
-            message = f"{name!r} was not started: the tools could not be loaded ({self._runners.failure})"
+            message = f"{name!r} was not started: the tools could not be loaded ({self._server.runners.failure})"
             return render_result(error_result(ErrorKind.LOAD_ERROR, message), self._version)
         call_id = f"mcp-{next(_call_numbers)}"
         request.runner, request.call_id = generation.runner, call_id
         with generation.in_use():
             async with trio.open_nursery() as nursery:
-                progress = Progress(token, self._send_progress) if valid_id(token) else None
+                send = functools.partial(self._send_progress, request)
+                progress = Progress(token, send) if valid_id(token) else None
                 if progress is not None:
                     nursery.start_soon(progress.pump)
                 try:
@@ -427,7 +392,7 @@ class McpServer:
                         name,
                         arguments,
                         on_update=progress.update if progress is not None else None,
-                        timeout=self._timeout,
+                        timeout=self._server.timeout,
                         tool_call_id=call_id,
                     )
                 finally:
@@ -438,6 +403,73 @@ class McpServer:
         if result.is_error:
             logger.info("tools/call %s (request %r): %s", name, request.id, result.kind)
         return render_result(result, self._version)
+
+
+class McpServer(McpSession):
+    """The stdio server: one session, on a pair of trio streams, with a :class:`ToolServer` of its own.
+
+    Takes the options of :class:`ToolServer`, and ``max_message_bytes``: the
+    longest line accepted; longer ones get -32600.
+    """
+
+    def __init__(
+        self, tool_paths: Sequence[str] = (), *, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, **options: Any
+    ) -> None:
+        if max_message_bytes < 1024:
+            raise ConfigError(f"max_message_bytes must be at least 1024, got {max_message_bytes}")
+        self._transport = LineTransport(
+            max_message_bytes=max_message_bytes, on_message=self._on_message, on_broken=self._on_broken
+        )
+        super().__init__(ToolServer(tool_paths, **options), _LineOutbox(self._transport))
+
+    @property
+    def stopped_by(self) -> signal.Signals | None:
+        """The signal that stopped :meth:`serve`, if one did."""
+        return self._server.stopped_by
+
+    async def serve(
+        self, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream, *, handle_signals: bool = False
+    ) -> None:
+        """Serve until ``receive`` ends (or a signal, or a broken ``send``); then stop every call.
+
+        With ``handle_signals``, SIGTERM and SIGINT stop the server the same
+        way (and set :attr:`stopped_by`). Returns only once every worker of
+        every runner is gone.
+        """
+        async with trio.open_nursery() as io:
+            writer_scope = trio.CancelScope()
+            io.start_soon(self._write, send, writer_scope)
+
+            async def read(requests: trio.Nursery) -> None:
+                await self._transport.read(receive, requests)
+
+            await self._server.run(read, ended="stdin closed", handle_signals=handle_signals)
+            self.close()
+            # What is queued still goes out, for a bounded time; then the writer stops.
+            self._transport.close()
+            writer_scope.deadline = trio.current_time() + FLUSH_TIMEOUT
+
+    async def _write(self, send: trio.abc.SendStream, scope: trio.CancelScope) -> None:
+        with scope:
+            await self._transport.run_writer(send)
+
+    def _on_broken(self, why: str) -> None:
+        self._server.stop(why)
+
+
+class _LineOutbox:
+    """Every message of the stdio session goes to the one output stream, in order."""
+
+    __slots__ = ("_transport",)
+
+    def __init__(self, transport: LineTransport) -> None:
+        self._transport = transport
+
+    async def send(self, data: bytes) -> None:
+        await self._transport.send(data)
+
+    def end(self) -> None:
+        pass  # the stream ends with the server, not with a request
 
 
 def _configure_logging() -> None:
