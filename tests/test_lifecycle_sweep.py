@@ -601,6 +601,59 @@ def test_very_short_call_timeouts(timeout: float, spares: int, tmp_path: Path) -
     assert not failures, "\n".join(failures)
 
 
+async def _short_queue_deadlines(queue_timeout: float, repeats: int, cache_dir: Path) -> list[str]:
+    """Queued calls whose queue deadline lands around the hand-over of the only worker."""
+    problems: list[str] = []
+    async with open_runner(
+        [MODULE], discover_sources=False, spare_workers=0, cache=True, cache_dir=cache_dir, grace=GRACE,
+        max_workers=1, queue_timeout=queue_timeout,
+    ) as runner:  # fmt: skip
+        for i in range(repeats):
+            ended: list[ToolResult] = []
+            async with trio.open_nursery() as nursery:
+
+                async def other(ended: list[ToolResult] = ended) -> None:
+                    ended.append(await runner.call_tool("stream", {"count": 2, "interval": queue_timeout / 4}))
+
+                # Two calls for one worker: whichever is second queues, and its
+                # deadline lands around the first one's end.
+                nursery.start_soon(other)
+                ended.append(await runner.call_tool("ping"))
+            for result in ended:
+                if result.kind not in (None, "busy"):
+                    problems.append(f"round {i}: a call ended {result.kind!r}, not ok or busy: {result.text}")
+            if all(result.kind == "busy" for result in ended):
+                problems.append(f"round {i}: both calls ended busy, though one had the worker")
+        after = await runner.call_tool("ping")
+        if after.is_error:
+            problems.append(f"the call after the short queue deadlines failed: {after.kind}: {after.text}")
+    return problems
+
+
+@pytest.mark.parametrize("queue_timeout", [0.001, 0.003, 0.010])
+def test_very_short_queue_deadlines(queue_timeout: float, tmp_path: Path) -> None:
+    failures: list[str] = []
+    rounds = scaled(3, 20)
+    _warm_cache(Phase("call", 0, cache=True), tmp_path / "cache")
+    for round_ in range(rounds):
+        before = snapshot()
+        guarded = run_guarded(
+            _short_queue_deadlines, queue_timeout, scaled(6, 12), tmp_path / "cache", timeout=WATCHDOG
+        )
+        problems = list(guarded.value or []) if not (guarded.hung or guarded.error) else []
+        if guarded.hung:
+            problems.append(f"hang; killed {guarded.killed}; where:\n{guarded.dump}")
+        elif guarded.error is not None:
+            problems.append(f"raised {_describe(guarded.error)}")
+        problems += leaks_since(before)
+        if problems:
+            failures.append(f"round {round_} [queue_timeout={queue_timeout:g}]: " + "; ".join(problems))
+        if guarded.stuck:
+            break
+    SUMMARY.append(f"short queue deadlines {queue_timeout:g} s: {rounds} rounds, {len(failures)} failing")
+    assert not failures, "\n".join(failures)
+
+
 async def _open_with_deadline(seconds: float) -> bool:
     with trio.move_on_after(seconds) as scope:
         async with open_runner([], discover_sources=False, spare_workers=1, cache=False, grace=GRACE):
