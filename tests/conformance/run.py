@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -38,6 +39,7 @@ CACHE = Path(os.environ.get("XCSH_CONFORMANCE_CACHE", ROOT / ".cache" / "conform
 SUITE_JS = CACHE / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
 NODE = CACHE / "node_modules" / ".bin" / "node"
 TOOLS = HERE / "tools"
+DEFAULT_SERVER = f"{ROOT / '.venv' / 'bin' / 'xcsh-run'} serve"
 
 # What xcsh-run serves tools only, so a failure here means "not offered", not "broken".
 NOT_OFFERED = re.compile(r"^(resources-|prompts-|completion-)")
@@ -158,17 +160,15 @@ def start_server(command: list[str], workdir: Path, path: str | None) -> Server:
             proc = subprocess.Popen(
                 argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=err, stderr=subprocess.STDOUT, start_new_session=True
             )
-        deadline = started + START_TIMEOUT
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                break
-            if port in listening_ports(proc.pid):
-                text = stderr_path.read_text(errors="replace")
-                announced = re.search(rf"https?://(?:127\.0\.0\.1|localhost|\[::1\]):{port}(/[^\s'\"]*)?", text)
-                url_path = path or (announced.group(1) if announced and announced.group(1) else "/mcp")
-                return Server(proc, f"http://127.0.0.1:{port}{url_path}", stderr_path, time.monotonic() - started)
-            time.sleep(0.05)
-        else:
+        try:
+            listening = wait_listening(proc, port, started + START_TIMEOUT)
+        except BaseException:
+            stop_server(proc)  # Ctrl-C while waiting: never leave it running
+            raise
+        if listening:
+            url = f"http://127.0.0.1:{port}{path or announced_path(stderr_path, port) or '/mcp'}"
+            return Server(proc, url, stderr_path, time.monotonic() - started)
+        if proc.poll() is None:
             stop_server(proc)
             raise HarnessError(f"the server did not listen on {port} within {START_TIMEOUT:.0f} s: {' '.join(argv)}")
         text = stderr_path.read_text(errors="replace")
@@ -176,6 +176,26 @@ def start_server(command: list[str], workdir: Path, path: str | None) -> Server:
             continue  # lost the port between our pick and its bind
         raise HarnessError(f"the server exited with {proc.returncode} before listening:\n$ {' '.join(argv)}\n{text}")
     raise AssertionError("unreachable")
+
+
+def announced_path(stderr_path: Path, port: int) -> str | None:
+    """The path of the URL the server printed for `port`, waiting briefly: it may print just after its bind."""
+    pattern = re.compile(rf"https?://(?:127\.0\.0\.1|localhost|\[::1\]):{port}(/[^\s'\"]*)?")
+    deadline = time.monotonic() + 0.5
+    while True:
+        found = pattern.search(stderr_path.read_text(errors="replace"))
+        if found or time.monotonic() > deadline:
+            return found.group(1).rstrip(".,;:)") if found and found.group(1) else None
+        time.sleep(0.05)
+
+
+def wait_listening(proc: subprocess.Popen[bytes], port: int, deadline: float) -> bool:
+    """True once `proc` listens on `port`; False if it exits first or the deadline passes."""
+    while time.monotonic() < deadline and proc.poll() is None:
+        if port in listening_ports(proc.pid):
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def stop_server(proc: subprocess.Popen[bytes]) -> None:
@@ -263,6 +283,8 @@ def run_suite(url: str, scenarios: list[str], outdir: Path, verbose: bool) -> tu
         results[name] = scenario
     for name, scenario in summary.items():
         results.setdefault(name, scenario)
+    for name in scenarios:  # a scenario that threw, or a name the suite does not know
+        results.setdefault(name, Scenario(name, failed=1, errors=[f"no result from the suite (see {log_path})"]))
     if not results:
         raise HarnessError(f"the suite reported no scenario (log: {log_path})")
     return results, elapsed
@@ -286,7 +308,7 @@ def main() -> int:
     parser.add_argument("--url", help="test a server already running there instead of starting one")
     parser.add_argument(
         "--server-cmd",
-        default=f"{ROOT / '.venv' / 'bin' / 'xcsh-run'} serve",
+        default=DEFAULT_SERVER,
         help="the server command; `--http 127.0.0.1:PORT --tools DIR` is appended [%(default)s]",
     )
     parser.add_argument("--path", help="the MCP endpoint's path [the one the server prints, else /mcp]")
@@ -296,6 +318,8 @@ def main() -> int:
     parser.add_argument("--install-only", action="store_true", help="install the suite and Node, then stop")
     parser.add_argument("--verbose", action="store_true", help="print the suite's own output too")
     args = parser.parse_args()
+    # A SIGTERM (make killed, CI timeout) unwinds like Ctrl-C, so the server is stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
     try:
         install()
@@ -307,7 +331,10 @@ def main() -> int:
         if args.url:
             url = args.url
         else:
-            server = start_server(args.server_cmd.split(), outdir, args.path)
+            command = shlex.split(args.server_cmd)
+            if args.server_cmd == DEFAULT_SERVER:
+                command += ["--log-file", str(outdir / "xcsh-run.log")]
+            server = start_server(command, outdir, args.path)
             url = server.url
             print(f"server listening at {url} after {server.started_in:.2f} s")
         try:
