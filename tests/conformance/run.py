@@ -293,7 +293,7 @@ def run_suite(url: str, scenarios: list[str], outdir: Path, verbose: bool) -> tu
 def print_table(results: dict[str, Scenario]) -> None:
     order = {"required": 0, "pending": 1, "not offered": 2}
     rows = sorted(results.values(), key=lambda s: (order[s.group], s.name))
-    width = max(len(s.name) for s in rows)
+    width = max(len("scenario"), *(len(s.name) for s in rows))
     print(f"\n{'scenario':<{width}}  {'group':<11}  {'checks':>6}  result")
     for s in rows:
         checks = f"{s.passed}/{s.passed + s.failed}"
@@ -314,7 +314,7 @@ def main() -> int:
     parser.add_argument("--path", help="the MCP endpoint's path [the one the server prints, else /mcp]")
     parser.add_argument("--scenario", action="append", default=[], help="run only this scenario (repeatable)")
     parser.add_argument("--allow-fail", action="append", default=[], help="a scenario whose failure is not fatal")
-    parser.add_argument("--results", type=Path, help="keep the suite's log and checks.json files here")
+    parser.add_argument("--results", type=Path, help="keep the suite's log and checks.json files under this folder")
     parser.add_argument("--install-only", action="store_true", help="install the suite and Node, then stop")
     parser.add_argument("--verbose", action="store_true", help="print the suite's own output too")
     args = parser.parse_args()
@@ -325,8 +325,9 @@ def main() -> int:
         install()
         if args.install_only:
             return 0
-        outdir = args.results or Path(tempfile.mkdtemp(prefix="xcsh-conformance-"))
-        outdir.mkdir(parents=True, exist_ok=True)
+        if args.results:  # a fresh folder inside, so that results of earlier runs are not read again
+            args.results.mkdir(parents=True, exist_ok=True)
+        outdir = Path(tempfile.mkdtemp(prefix="xcsh-conformance-", dir=args.results))
         server = None
         if args.url:
             url = args.url
