@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 BENCH_STAMP := $(VENV)/.bench-installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: setup run test stress check lint fuzz bench clean
+.PHONY: setup run test stress check lint fuzz bench conformance clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "xcsh-run needs Python 3.11+, found " + sys.version.split()[0]'
@@ -57,5 +57,11 @@ $(BENCH_STAMP): $(STAMP)
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
+## The MCP conformance suite's server scenarios against `xcsh-run serve --http`, one row per scenario.
+## Installs the suite and the Node 22 it needs from the npm registry into .cache/conformance the first
+## time (about 240 MB); extra flags: make conformance CONFORMANCE_ARGS='--scenario tools-list --verbose'.
+conformance: $(STAMP)
+	$(BIN)/python tests/conformance/run.py $(CONFORMANCE_ARGS)
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info
+	rm -rf .cache/conformance $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info

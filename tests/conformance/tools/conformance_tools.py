@@ -1,0 +1,287 @@
+"""The tools the MCP conformance suite (``@modelcontextprotocol/conformance`` 0.1.16) calls by name.
+
+Served by ``tests/conformance/run.py`` (``make conformance``) with ``xcsh-run serve --http``.
+Each tool does what the suite's scenario of that name asks of the server under test
+(docs/conformance.md lists them); the texts, URIs and schemas are the suite's own.
+
+Where the host API has no way yet to do what a scenario needs, the tool uses the
+nearest thing it has and says so in its docstring. ``api.ui.elicit`` and
+``api.sample`` are looked up at call time: a host that offers them is used at once.
+"""
+
+import base64
+import json
+import struct
+import time
+import zlib
+
+# Tools without arguments: the suite sends `{}` or no `arguments` at all.
+NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+def _png_1x1_red() -> str:
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)  # 1x1, 8-bit RGB
+    pixels = zlib.compress(b"\x00\xff\x00\x00")  # filter byte 0, then one red pixel
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
+    return base64.b64encode(png).decode()
+
+
+def _wav_silence() -> str:
+    rate, samples = 8000, 80  # 10 ms of 8-bit mono silence
+    data = b"\x80" * samples
+    fmt = struct.pack("<HHIIHH", 1, 1, rate, rate, 1, 8)
+    body = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", len(data)) + data
+    return base64.b64encode(b"RIFF" + struct.pack("<I", len(body)) + body).decode()
+
+
+PNG = _png_1x1_red()
+WAV = _wav_silence()
+
+ELICIT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "username": {"type": "string", "description": "User's response"},
+        "email": {"type": "string", "description": "User's email address"},
+    },
+    "required": ["username", "email"],
+}
+
+SEP1034_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "description": "User name", "default": "John Doe"},
+        "age": {"type": "integer", "description": "User age", "default": 30},
+        "score": {"type": "number", "description": "User score", "default": 95.5},
+        "status": {
+            "type": "string",
+            "description": "User status",
+            "enum": ["active", "inactive", "pending"],
+            "default": "active",
+        },
+        "verified": {"type": "boolean", "description": "Verification status", "default": True},
+    },
+    "required": [],
+}
+
+SEP1330_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "untitledSingle": {
+            "type": "string",
+            "description": "Select one option",
+            "enum": ["option1", "option2", "option3"],
+        },
+        "titledSingle": {
+            "type": "string",
+            "description": "Select one option with titles",
+            "oneOf": [
+                {"const": "value1", "title": "First Option"},
+                {"const": "value2", "title": "Second Option"},
+                {"const": "value3", "title": "Third Option"},
+            ],
+        },
+        "legacyEnum": {
+            "type": "string",
+            "description": "Select one option (legacy)",
+            "enum": ["opt1", "opt2", "opt3"],
+            "enumNames": ["Option One", "Option Two", "Option Three"],
+        },
+        "untitledMulti": {
+            "type": "array",
+            "description": "Select multiple options",
+            "minItems": 1,
+            "maxItems": 3,
+            "items": {"type": "string", "enum": ["option1", "option2", "option3"]},
+        },
+        "titledMulti": {
+            "type": "array",
+            "description": "Select multiple options with titles",
+            "minItems": 1,
+            "maxItems": 3,
+            "items": {
+                "anyOf": [
+                    {"const": "value1", "title": "First Choice"},
+                    {"const": "value2", "title": "Second Choice"},
+                    {"const": "value3", "title": "Third Choice"},
+                ]
+            },
+        },
+    },
+    "required": [],
+}
+
+JSON_SCHEMA_2020_12 = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "$defs": {
+        "address": {
+            "type": "object",
+            "properties": {"street": {"type": "string"}, "city": {"type": "string"}},
+        }
+    },
+    "properties": {"name": {"type": "string"}, "address": {"$ref": "#/$defs/address"}},
+    "additionalProperties": False,
+}
+
+
+def _text(text):
+    return {"content": [{"type": "text", "text": text}], "details": None}
+
+
+def factory(api):
+    def elicit(message, schema):
+        """``elicitation/create`` with the scenario's schema; ``api.ui.input`` where no form API exists yet."""
+        form = getattr(api.ui, "elicit", None)
+        if form is not None:
+            answer = form(message, schema)
+            return answer.get("action"), answer.get("content")
+        value = api.ui.input(message)
+        if value is None:
+            return "decline", None
+        return "accept", {"response": value}
+
+    def simple_text(tool_call_id, params, on_update, ctx, signal):
+        return _text("This is a simple text response for testing.")
+
+    def image(tool_call_id, params, on_update, ctx, signal):
+        return {"content": [{"type": "image", "data": PNG, "mimeType": "image/png"}], "details": None}
+
+    def audio(tool_call_id, params, on_update, ctx, signal):
+        return {"content": [{"type": "audio", "data": WAV, "mimeType": "audio/wav"}], "details": None}
+
+    def embedded_resource(tool_call_id, params, on_update, ctx, signal):
+        resource = {
+            "uri": "test://embedded-resource",
+            "mimeType": "text/plain",
+            "text": "This is an embedded resource content.",
+        }
+        return {"content": [{"type": "resource", "resource": resource}], "details": None}
+
+    def multiple_content_types(tool_call_id, params, on_update, ctx, signal):
+        resource = {
+            "uri": "test://mixed-content-resource",
+            "mimeType": "application/json",
+            "text": json.dumps({"test": "data", "value": 123}),
+        }
+        content = [
+            {"type": "text", "text": "Multiple content types test:"},
+            {"type": "image", "data": PNG, "mimeType": "image/png"},
+            {"type": "resource", "resource": resource},
+        ]
+        return {"content": content, "details": None}
+
+    def with_logging(tool_call_id, params, on_update, ctx, signal):
+        # The suite wants three `notifications/message` at info level, ~50 ms apart.
+        api.logger.info("Tool execution started")
+        time.sleep(0.05)
+        api.logger.info("Tool processing data")
+        time.sleep(0.05)
+        api.logger.info("Tool execution completed")
+        return _text("Tool with logging executed successfully")
+
+    def with_progress(tool_call_id, params, on_update, ctx, signal):
+        # Three progress notifications (0, 50, 100 of 100), ~50 ms apart.
+        for step in (0, 50, 100):
+            if step:
+                time.sleep(0.05)
+            text = f"Completed step {step} of 100"
+            on_update({"content": [{"type": "text", "text": text}], "details": {"progress": step, "total": 100}})
+        return _text("Tool with progress executed successfully")
+
+    def error_handling(tool_call_id, params, on_update, ctx, signal):
+        raise RuntimeError("This tool intentionally returns an error for testing")
+
+    def reconnection(tool_call_id, params, on_update, ctx, signal):
+        # The server, not the tool, closes the call's SSE stream mid-call (SEP-1699);
+        # the tool only lasts long enough for the client to reconnect.
+        time.sleep(0.5)
+        return _text(
+            "Reconnection test completed successfully. If you received this, "
+            "the client properly reconnected after stream closure."
+        )
+
+    def sampling(tool_call_id, params, on_update, ctx, signal):
+        sample = getattr(api, "sample", None)
+        if sample is None:
+            return _text("Sampling not supported: the host API has no sampling request")
+        messages = [{"role": "user", "content": {"type": "text", "text": params["prompt"]}}]
+        answer = sample(messages, max_tokens=100)
+        content = answer.get("content") or {}
+        return _text(f"LLM response: {content.get('text', 'No response')}")
+
+    def elicitation(tool_call_id, params, on_update, ctx, signal):
+        action, content = elicit(params["message"], ELICIT_SCHEMA)
+        return _text(f"User response: action={action}, content={json.dumps(content or {})}")
+
+    def elicitation_defaults(tool_call_id, params, on_update, ctx, signal):
+        action, content = elicit("Please review and update the form fields with defaults", SEP1034_SCHEMA)
+        return _text(f"Elicitation completed: action={action}, content={json.dumps(content or {})}")
+
+    def elicitation_enums(tool_call_id, params, on_update, ctx, signal):
+        action, content = elicit("Please select options from the enum fields", SEP1330_SCHEMA)
+        return _text(f"Elicitation completed: action={action}, content={json.dumps(content or {})}")
+
+    def json_schema_2020_12(tool_call_id, params, on_update, ctx, signal):
+        return _text(f"JSON Schema 2020-12 tool called with: {json.dumps(params)}")
+
+    def tool(name, description, execute, parameters=NO_ARGS):
+        return api.pi.CustomTool(name=name, description=description, parameters=parameters, execute=execute)
+
+    return [
+        tool("test_simple_text", "Tests simple text content response", simple_text),
+        tool("test_image_content", "Tests image content response", image),
+        tool("test_audio_content", "Tests audio content response", audio),
+        tool("test_embedded_resource", "Tests embedded resource content response", embedded_resource),
+        tool(
+            "test_multiple_content_types",
+            "Tests response with multiple content types (text, image, resource)",
+            multiple_content_types,
+        ),
+        tool("test_tool_with_logging", "Tests tool that emits log messages during execution", with_logging),
+        tool("test_tool_with_progress", "Tests tool that reports progress notifications", with_progress),
+        tool("test_error_handling", "Tests error response handling", error_handling),
+        tool(
+            "test_reconnection",
+            "Tests SSE stream disconnection and client reconnection (SEP-1699)",
+            reconnection,
+        ),
+        tool(
+            "test_sampling",
+            "Tests server-initiated sampling (LLM completion request)",
+            sampling,
+            {
+                "type": "object",
+                "properties": {"prompt": {"type": "string", "description": "The prompt to send to the LLM"}},
+                "required": ["prompt"],
+            },
+        ),
+        tool(
+            "test_elicitation",
+            "Tests server-initiated elicitation (user input request)",
+            elicitation,
+            {
+                "type": "object",
+                "properties": {"message": {"type": "string", "description": "The message to show the user"}},
+                "required": ["message"],
+            },
+        ),
+        tool(
+            "test_elicitation_sep1034_defaults",
+            "Tests elicitation with default values per SEP-1034",
+            elicitation_defaults,
+        ),
+        tool(
+            "test_elicitation_sep1330_enums",
+            "Tests elicitation with enum schema improvements per SEP-1330",
+            elicitation_enums,
+        ),
+        tool(
+            "json_schema_2020_12_tool",
+            "Tool with JSON Schema 2020-12 features for conformance testing (SEP-1613)",
+            json_schema_2020_12,
+            JSON_SCHEMA_2020_12,
+        ),
+    ]
