@@ -24,12 +24,16 @@ import typer
 
 from ._cli_options import (
     EXIT_BY_KIND,
+    AllowOriginOpt,
     ExitCode,
     GraceOpt,
+    HttpOpt,
     JsonOpt,
     LoadTimeoutOpt,
     LogFileOpt,
+    PortFileOpt,
     TimeoutOpt,
+    TokenOpt,
     ToolsOpt,
     check_seconds,
     fail,
@@ -320,11 +324,19 @@ def serve_command(
             help="Seconds a call may wait for its turn before it ends `busy`; its own timeout starts after.",
         ),
     ] = DEFAULT_QUEUE_TIMEOUT,
+    http: HttpOpt = None,
+    port_file: PortFileOpt = None,
+    token: TokenOpt = None,
+    allow_origin: AllowOriginOpt = None,
     *,
     sandbox: SandboxPolicy,
 ) -> None:
-    """Serve every tool over the Model Context Protocol on stdin/stdout (for MCP clients)."""
+    """Serve every tool over the Model Context Protocol on stdin/stdout (for MCP clients).
+
+    With --http, serve Streamable HTTP instead, at http://HOST:PORT/mcp (see docs/mcp.md).
+    """
     from ._mcp import serve_stdio  # only this command needs the MCP server
+    from ._mcp_http import parse_address, serve_http
 
     configure_log_file(log_file, also_stderr=True)
     check_seconds(timeout=timeout, grace=grace, load_timeout=load_timeout, queue_timeout=queue_timeout)
@@ -332,8 +344,22 @@ def serve_command(
         fail(f"--max-message-bytes must be at least 1024, got {max_message_bytes}")
     if max_workers is not None and max_workers < 1:
         fail(f"--max-workers must be at least 1, got {max_workers}")
+    # (--token may come from the environment, where it is harmless for stdio.)
+    if http is None and (port_file or allow_origin):
+        fail("--port-file and --allow-origin need --http")
+    if http is not None:
+        try:
+            parse_address(http)
+        except ValueError as exc:
+            fail(str(exc))
+    http_options: dict[str, Any] = {
+        "address": http,
+        "port_file": port_file,
+        "token": token,
+        "allowed_origins": allow_origin or (),
+    }
     serve = functools.partial(
-        serve_stdio,
+        serve_stdio if http is None else functools.partial(serve_http, **http_options),
         tools or (),
         timeout=timeout,
         grace=grace,

@@ -60,6 +60,36 @@ LogFileOpt = Annotated[
     str | None,
     typer.Option("--log-file", help="Where host and tool log records go [~/.local/state/xcsh-run/xcsh-run.log]."),
 ]
+# `serve --http`: docs/mcp.md, "Streamable HTTP".
+HttpOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--http",
+        metavar="[HOST:]PORT",
+        help="Serve MCP Streamable HTTP at http://HOST:PORT/mcp instead of stdio; HOST defaults to 127.0.0.1 "
+        "(another interface only when named); port 0 picks a free one.",
+    ),
+]
+PortFileOpt = Annotated[
+    str | None, typer.Option("--port-file", help="With --http: write the bound port to this file once listening.")
+]
+TokenOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        envvar="XCSH_RUN_MCP_TOKEN",
+        show_envvar=True,
+        help="With --http: require `Authorization: Bearer TOKEN` on every request.",
+    ),
+]
+AllowOriginOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow-origin",
+        help="With --http: also accept browser requests from this Origin (repeatable; * for any). "
+        "Requests with no Origin or a localhost one are always accepted.",
+    ),
+]
 LoadTimeoutOpt = Annotated[
     float, typer.Option("--load-timeout", help="Seconds a module may take to import and run its factory.")
 ]

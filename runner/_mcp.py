@@ -67,7 +67,7 @@ from worker._messages import ErrorCode, ErrorObject, LocalProtocolError, Message
 from worker._methods import Notice, State
 
 from ._errors import ConfigError
-from ._host import Runner, ToolInfo
+from ._host import ToolInfo
 from ._mcp_methods import (
     CANCELLED,
     INITIALIZE,
@@ -81,6 +81,8 @@ from ._mcp_methods import (
     server_connection,
 )
 from ._mcp_render import META_ERROR, Progress, render_result, render_tools
+from ._mcp_request import McpRequest as _Request
+from ._mcp_request import RpcError as _RpcError
 from ._mcp_server import DEFAULT_POLL_INTERVAL as DEFAULT_POLL_INTERVAL
 from ._mcp_server import Outbox, ToolServer
 from ._mcp_transport import DEFAULT_MAX_MESSAGE_BYTES as DEFAULT_MAX_MESSAGE_BYTES
@@ -99,34 +101,6 @@ LATEST_PROTOCOL_VERSION: Final = "2025-11-25"
 SUPPORTED_PROTOCOL_VERSIONS: Final = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 
 _call_numbers = itertools.count(1)
-
-
-class _RpcError(Exception):
-    """A JSON-RPC error answer to the request being handled."""
-
-    def __init__(self, code: int, message: str) -> None:
-        self.code = code
-        super().__init__(message)
-
-
-class _Request:
-    """One request in flight: what a ``notifications/cancelled`` needs to stop it.
-
-    Which requests are in flight, and that each is answered once, is the
-    connection's business; this is the task's side: its scope and its call.
-    """
-
-    __slots__ = ("id", "method", "params", "reply", "cancelled", "scope", "runner", "call_id")
-
-    def __init__(self, request_id: RequestId, method: str, params: dict[str, Any], reply: Outbox) -> None:
-        self.id = request_id
-        self.method = method
-        self.params = params
-        self.reply = reply  # where its progress and its response go
-        self.cancelled = False
-        self.scope = trio.CancelScope()  # entered by its task
-        self.runner: Runner | None = None
-        self.call_id: str | None = None
 
 
 class McpSession:
@@ -151,6 +125,7 @@ class McpSession:
         self._tasks: dict[RequestId, _Request] = {}
         self._closing: str | None = None  # why the session stops taking calls, once it does
         self._deadline = math.inf  # what requests may take once it winds down
+        self._idle = trio.Event()  # set when the last request in flight ends
         server.sessions.add(self)
 
     @property
@@ -180,6 +155,21 @@ class McpSession:
             reply.end()
 
     # --- lifecycle ---------------------------------------------------------------
+
+    def receive(self, message: Message, reply: Outbox | None = None) -> None:
+        """A message from the client; a request's progress and response go to ``reply``."""
+        self._on_message(message, reply)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._tasks)
+
+    async def drain_and_close(self) -> None:
+        """Close once no request runs (after :meth:`wind_down`, that is bounded)."""
+        while self._tasks:
+            self._idle = trio.Event()
+            await self._idle.wait()
+        self.close()
 
     def wind_down(self, why: str, deadline: float) -> None:
         """Stop taking calls: calls in flight go through the ladder, the rest finish by ``deadline``.
@@ -305,6 +295,8 @@ class McpSession:
                         error = ErrorObject(code=ErrorCode.INTERNAL_ERROR, message=f"internal error: {exc!r}")
             finally:
                 self._tasks.pop(request.id, None)
+                if not self._tasks:
+                    self._idle.set()
             if request.cancelled or request.scope.cancelled_caught:
                 # The spec: the receiver of a cancellation does not answer the
                 # request; one cut short by a wind-down has nobody waiting.

@@ -1,0 +1,475 @@
+"""``xcsh-run serve --http``: the MCP Streamable HTTP transport (revision 2025-11-25), on trio and h11.
+
+One endpoint, ``/mcp``: ``POST`` carries one client message, ``GET`` opens
+the session's server-to-client SSE stream (or resumes a stream with
+``Last-Event-ID``), ``DELETE`` ends the session. Every session is an
+:class:`~runner._mcp.McpSession` of one shared ``ToolServer``.
+
+Rules:
+
+1. Every request passes, in this order: ``Origin`` (403 unless absent, a
+   loopback origin, or allowed with ``--allow-origin``: DNS rebinding),
+   the bearer token when one is set (401 with ``WWW-Authenticate``, compared
+   in constant time), the path (404), the method (405).
+2. ``initialize`` without ``Mcp-Session-Id`` opens a session and names it in
+   the response header; every other message needs the header (400 without
+   it, 404 for a session that is unknown or ended). An ``MCP-Protocol-Version``
+   header, when sent, must name a supported revision (400).
+3. A request is answered on its own ``POST``: an SSE stream (a priming event
+   with an id, progress, then the response, then the stream ends) or, for a
+   client that accepts only ``application/json``, the response alone.
+   Notifications and responses get 202 at once.
+4. A client that loses a request's stream may resume it with
+   ``Last-Event-ID`` within :data:`RESUME_WINDOW`; after that (at once for a
+   JSON reply, which cannot be resumed) the call is stopped through the
+   runner's ladder, as ``notifications/cancelled`` would.
+5. Everything is bounded: the head and body of a request (431, 413), the
+   connections (503 beyond ``max_connections``), the sessions (the least
+   recently used idle one is ended for a new one; 503 when none is idle),
+   the streams kept per session, and each stream's events
+   (``_mcp_http_streams``).
+6. SIGTERM/SIGINT (or the end of the process's own tasks) stop accepting,
+   close every connection and wind every session down as stdio does.
+"""
+
+from __future__ import annotations
+
+import collections
+import hmac
+import itertools
+import logging
+import os
+import secrets
+from collections.abc import Sequence
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+import msgspec
+import trio
+
+from worker._messages import ErrorCode, Message, Notification, Request
+
+from ._mcp import SUPPORTED_PROTOCOL_VERSIONS, McpSession
+from ._mcp_http_streams import EventStream, JsonReply, StreamBusy
+from ._mcp_http_wire import ConnectionGone, HttpConnection, HttpError, HttpRequest
+from ._mcp_server import ToolServer
+from ._mcp_transport import error_line, valid_id
+
+logger = logging.getLogger("xcsh_run.mcp")
+
+ENDPOINT: Final = "/mcp"
+TOKEN_ENV: Final = "XCSH_RUN_MCP_TOKEN"
+RESUME_WINDOW: Final = 5.0
+MAX_CONNECTIONS: Final = 64
+MAX_SESSIONS: Final = 64
+_STREAMS_KEPT: Final = 32  # finished request streams kept per session, for resumption
+_LOOPBACK: Final = frozenset({"localhost", "127.0.0.1", "::1"})
+_PRIMING_SINCE: Final = "2025-11-25"  # older clients cannot read an event with empty data
+
+
+class _Envelope(msgspec.Struct):
+    jsonrpc: Any = msgspec.UNSET
+    id: Any = msgspec.UNSET
+    method: Any = msgspec.UNSET
+    params: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    result: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    error: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+
+
+_BODY: Final = msgspec.json.Decoder(_Envelope | list[msgspec.Raw] | str | int | float | bool | None)
+_NO_PARAMS: Final = msgspec.Raw(b"{}")
+
+
+class _Refused(Exception):
+    """An HTTP error answer: status, JSON-RPC code and message (the body is a JSON-RPC error with no id)."""
+
+    def __init__(self, status: int, message: str, code: int = ErrorCode.INVALID_REQUEST, **headers: str) -> None:
+        self.status, self.code, self.headers = status, code, headers
+        super().__init__(message)
+
+
+class _HttpSession:
+    __slots__ = ("id", "mcp", "standalone", "streams", "numbers")
+
+    def __init__(self, session_id: str, tools: ToolServer, numbers: itertools.count[int]) -> None:
+        self.id = session_id
+        self.numbers = numbers
+        self.standalone = EventStream(next(numbers), request_id=None)
+        self.streams: collections.OrderedDict[int, EventStream] = collections.OrderedDict()
+        self.streams[self.standalone.number] = self.standalone
+        self.mcp = McpSession(tools, self.standalone)
+
+    def new_stream(self, request_id: str | int) -> EventStream:
+        stream = EventStream(next(self.numbers), request_id=request_id)
+        self.streams[stream.number] = stream
+        finished = [n for n, s in self.streams.items() if s.done and s is not self.standalone]
+        for n in finished[: max(0, len(self.streams) - _STREAMS_KEPT - 1)]:
+            del self.streams[n]
+        return stream
+
+
+def origin_allowed(origin: str | None, allowed: Sequence[str]) -> bool:
+    """No ``Origin`` (not a browser), a loopback one, or one of ``allowed`` (``*``: any)."""
+    if origin is None or "*" in allowed or origin in allowed:
+        return True
+    try:
+        parts = urlsplit(origin)
+        host = parts.hostname
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and host in _LOOPBACK
+
+
+def _accepts(header: str | None) -> tuple[bool, bool]:
+    """(JSON, SSE) from an ``Accept`` header; none at all takes anything."""
+    if header is None:
+        return True, True
+    types = {part.split(";", 1)[0].strip().lower() for part in header.split(",")}
+    anything = "*/*" in types
+    return (anything or "application/json" in types or "application/*" in types), (
+        anything or "text/event-stream" in types or "text/*" in types
+    )
+
+
+class HttpServer:
+    """Streamable HTTP sessions over one :class:`ToolServer`."""
+
+    def __init__(
+        self,
+        tools: ToolServer,
+        *,
+        max_body: int,
+        token: str | None = None,
+        allowed_origins: Sequence[str] = (),
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
+        self._tools = tools
+        self._max_body = max_body
+        self._token = token.encode() if token else None
+        self._allowed = tuple(allowed_origins)
+        self._connection_slots = max_connections
+        self._sessions: collections.OrderedDict[str, _HttpSession] = collections.OrderedDict()
+        self._numbers = itertools.count(1)
+        self._nursery: trio.Nursery | None = None
+
+    async def serve(self, listeners: list[trio.SocketListener], *, handle_signals: bool = False) -> None:
+        """Serve until a signal (or cancellation); returns once every worker is gone (rule 6)."""
+
+        async def main(_: trio.Nursery) -> None:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                await trio.serve_listeners(self._connection, listeners, handler_nursery=nursery)
+
+        try:
+            await self._tools.run(main, ended="the listener closed", handle_signals=handle_signals)
+        finally:
+            for session in list(self._sessions.values()):
+                self._forget(session)
+                session.mcp.close()
+            for listener in listeners:
+                await listener.aclose()
+
+    # --- connections -------------------------------------------------------------
+
+    async def _connection(self, stream: trio.SocketStream) -> None:
+        conn = HttpConnection(stream, max_body=self._max_body)
+        try:
+            if self._connection_slots <= 0:
+                await self._refuse(conn, _Refused(503, "too many connections"), close=True)
+                return
+            self._connection_slots -= 1
+            try:
+                while (request := await self._next(conn)) is not None:
+                    try:
+                        await self._dispatch(conn, request)
+                    except _Refused as refused:
+                        await self._refuse(conn, refused)
+                    if not conn.reusable:
+                        return
+            finally:
+                self._connection_slots += 1
+        except ConnectionGone:
+            pass
+        except Exception:
+            # One connection's failure must not take the server (and every session) down.
+            logger.exception("an HTTP connection failed")
+        finally:
+            await conn.aclose()
+
+    async def _next(self, conn: HttpConnection) -> HttpRequest | None:
+        try:
+            return await conn.next_request()
+        except HttpError as exc:
+            await self._refuse(conn, _Refused(exc.status, str(exc)), close=True)
+            return None
+
+    async def _refuse(self, conn: HttpConnection, refused: _Refused, *, close: bool = False) -> None:
+        body = error_line(None, refused.code, str(refused))
+        headers = [("content-type", "application/json")]
+        headers += [(name.replace("_", "-"), value) for name, value in refused.headers.items()]
+        if close:
+            headers.append(("connection", "close"))
+        await conn.respond(refused.status, headers, body)
+
+    async def _dispatch(self, conn: HttpConnection, request: HttpRequest) -> None:
+        headers = request.headers
+        if not origin_allowed(headers.get("origin"), self._allowed):
+            raise _Refused(403, f"forbidden origin: {headers.get('origin')}")
+        if self._token is not None:
+            self._authorize(headers.get("authorization"))
+        if request.path != ENDPOINT:
+            raise _Refused(404, f"not found: the MCP endpoint is {ENDPOINT}")
+        version = headers.get("mcp-protocol-version")
+        if version is not None and version not in SUPPORTED_PROTOCOL_VERSIONS:
+            supported = ", ".join(SUPPORTED_PROTOCOL_VERSIONS)
+            raise _Refused(400, f"unsupported MCP-Protocol-Version {version!r}; supported: {supported}")
+        if request.method == "POST":
+            await self._post(conn, request)
+        elif request.method == "GET":
+            await self._get(conn, request)
+        elif request.method == "DELETE":
+            session = self._session(headers)
+            self._end(session, "the MCP session ended (DELETE)")
+            await conn.respond(200, [("mcp-session-id", session.id)])
+        else:
+            raise _Refused(405, f"method not allowed: {request.method}", allow="GET, POST, DELETE")
+
+    def _authorize(self, header: str | None) -> None:
+        scheme, _, given = (header or "").partition(" ")
+        assert self._token is not None
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self._token):
+            challenge = 'Bearer realm="xcsh-run"' + ("" if header is None else ', error="invalid_token"')
+            raise _Refused(401, "unauthorized: a valid bearer token is required", www_authenticate=challenge)
+
+    def _session(self, headers: dict[str, str]) -> _HttpSession:
+        session_id = headers.get("mcp-session-id")
+        if session_id is None:
+            raise _Refused(400, "bad request: Mcp-Session-Id header is required")
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise _Refused(404, "session not found: unknown or ended; initialize a new one")
+        self._sessions.move_to_end(session_id)
+        return session
+
+    # --- POST ------------------------------------------------------------------
+
+    async def _post(self, conn: HttpConnection, request: HttpRequest) -> None:
+        headers = request.headers
+        json_ok, sse_ok = _accepts(headers.get("accept"))
+        if not (json_ok or sse_ok):
+            raise _Refused(406, "not acceptable: accept application/json or text/event-stream")
+        if headers.get("content-type", "").split(";", 1)[0].strip().lower() != "application/json":
+            raise _Refused(415, "unsupported media type: Content-Type must be application/json")
+        message = self._decode(request.body)
+        if isinstance(message, Request) and message.method == "initialize" and "mcp-session-id" not in headers:
+            session = self._open_session()
+        else:
+            session = self._session(headers)
+        if not isinstance(message, Request):
+            await conn.respond(202, [("mcp-session-id", session.id)])
+            if message is not None:
+                session.mcp.receive(message)
+            return
+        if sse_ok:
+            stream = session.new_stream(message.id)
+            session.mcp.receive(message, stream)
+            await conn.start(200, self._sse_headers(session))
+            prime = self._version(session, message) >= _PRIMING_SINCE
+            await self._pump(conn, session, stream, message.id, None, prime=prime)
+        else:
+            reply = JsonReply()
+            session.mcp.receive(message, reply)
+            await self._json_reply(conn, session, reply, message.id)
+        if message.method == "initialize" and not session.mcp.initialized:
+            self._end(session, "initialize failed")
+
+    def _decode(self, body: bytes) -> Message | None:
+        """The message in a POST body; None for a response (the server sends no requests)."""
+        try:
+            envelope = _BODY.decode(body)
+        except (msgspec.DecodeError, RecursionError) as exc:
+            raise _Refused(400, f"parse error: {exc}", ErrorCode.PARSE_ERROR) from None
+        if not isinstance(envelope, _Envelope):
+            what = "batches are not supported" if isinstance(envelope, list) else "not a JSON object"
+            raise _Refused(400, f"invalid request: one JSON-RPC message per POST; {what}")
+        if envelope.jsonrpc != "2.0":
+            raise _Refused(400, 'invalid request: "jsonrpc" must be "2.0"')
+        method, params = envelope.method, envelope.params
+        raw = _NO_PARAMS if isinstance(params, msgspec.UnsetType) or params == b"null" else params
+        if method is msgspec.UNSET:
+            if envelope.result is msgspec.UNSET and envelope.error is msgspec.UNSET:
+                raise _Refused(400, 'invalid request: no "method"')
+            return None
+        if not isinstance(method, str):
+            raise _Refused(400, 'invalid request: "method" must be a string')
+        if envelope.id is msgspec.UNSET:
+            return Notification(method=method, params=raw)
+        if not valid_id(envelope.id):
+            raise _Refused(400, f'invalid request: "id" must be a string or an integer, got {envelope.id!r}')
+        return Request(id=envelope.id, method=method, params=raw)
+
+    def _version(self, session: _HttpSession, message: Request) -> str:
+        if message.method == "initialize":
+            try:
+                asked = msgspec.json.decode(message.params).get("protocolVersion")
+            except (msgspec.DecodeError, AttributeError):
+                asked = None
+            return asked if isinstance(asked, str) else ""
+        return session.mcp.version
+
+    def _open_session(self) -> _HttpSession:
+        if self._tools.closing is not None:
+            raise _Refused(503, f"the MCP server is shutting down: {self._tools.closing}")
+        if len(self._sessions) >= MAX_SESSIONS:
+            idle = next((s for s in self._sessions.values() if not s.mcp.busy), None)
+            if idle is None:
+                raise _Refused(503, f"too many sessions ({MAX_SESSIONS}), all busy")
+            self._end(idle, "ended for a new session (the least recently used)")
+        session = _HttpSession(secrets.token_urlsafe(24), self._tools, self._numbers)
+        self._sessions[session.id] = session
+        logger.info("HTTP session %s opened", session.id[:8])
+        return session
+
+    def _sse_headers(self, session: _HttpSession) -> list[tuple[str, str]]:
+        return [
+            ("content-type", "text/event-stream"),
+            ("cache-control", "no-cache, no-transform"),
+            ("mcp-session-id", session.id),
+        ]
+
+    async def _pump(
+        self,
+        conn: HttpConnection,
+        session: _HttpSession,
+        stream: EventStream,
+        request_id: str | int | None,
+        after: int | None,
+        *,
+        prime: bool,
+    ) -> None:
+        """Write ``stream`` until it ends or the client goes; a request left behind is stopped later (rule 4)."""
+        complete = False
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                await conn.watch_closed()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(watch)
+            complete = await stream.pump(conn, after, prime=prime)
+            nursery.cancel_scope.cancel()
+        if complete:
+            await conn.finish()
+        elif request_id is not None:
+            assert self._nursery is not None
+            self._nursery.start_soon(self._abandon_later, session, stream, request_id, stream.attachments)
+        if not complete:
+            raise ConnectionGone
+
+    async def _abandon_later(
+        self, session: _HttpSession, stream: EventStream, request_id: str | int, seen: int
+    ) -> None:
+        await trio.sleep(RESUME_WINDOW)
+        if stream.attachments == seen and not stream.done:
+            session.mcp.cancel_request(request_id, "the HTTP client went away")
+            stream.close()
+
+    async def _json_reply(self, conn: HttpConnection, session: _HttpSession, reply: JsonReply, request_id: Any) -> None:
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                await conn.watch_closed()
+                session.mcp.cancel_request(request_id, "the HTTP client went away")
+
+            nursery.start_soon(watch)
+            await reply.ended.wait()
+            nursery.cancel_scope.cancel()
+        base = [("mcp-session-id", session.id)]
+        if reply.response is None:
+            await conn.respond(202, base)  # cancelled: no response will follow
+        else:
+            await conn.respond(200, [*base, ("content-type", "application/json")], reply.response.rstrip(b"\n"))
+
+    # --- GET, and the end of a session ------------------------------------------
+
+    async def _get(self, conn: HttpConnection, request: HttpRequest) -> None:
+        headers = request.headers
+        if not _accepts(headers.get("accept"))[1]:
+            raise _Refused(406, "not acceptable: the GET stream is text/event-stream")
+        session = self._session(headers)
+        stream, after = session.standalone, None
+        last = headers.get("last-event-id")
+        if last is not None:
+            number, _, n = last.partition("-")
+            found = session.streams.get(int(number)) if number.isdigit() else None
+            if found is None or not n.isdigit() or found.closed:
+                raise _Refused(404 if found is None else 400, f"cannot resume from event {last!r}: not kept")
+            stream, after = found, int(n)
+        if stream is session.standalone:
+            try:
+                stream.check_free()
+            except StreamBusy:
+                raise _Refused(409, "conflict: the session's GET stream is already open") from None
+        else:
+            # A client resuming a request's stream may come back before this
+            # side noticed the old connection go: the new one takes over.
+            await stream.release()
+        await conn.start(200, self._sse_headers(session))
+        prime = stream is session.standalone and session.mcp.version >= _PRIMING_SINCE and after is None
+        # A resumed request stream is stopped later if it is lost again; the GET stream never is.
+        request_id = stream.request_id if stream is not session.standalone else None
+        await self._pump(conn, session, stream, request_id, after, prime=prime)
+
+    def _end(self, session: _HttpSession, why: str) -> None:
+        self._forget(session)
+        logger.info("HTTP session %s: %s", session.id[:8], why)
+        session.mcp.wind_down(why, self._tools.wind_down_deadline())
+        self._tools.start_request(session.mcp.drain_and_close)
+
+    def _forget(self, session: _HttpSession) -> None:
+        self._sessions.pop(session.id, None)
+        for stream in session.streams.values():
+            stream.close()
+
+
+def parse_address(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` or ``PORT`` (then 127.0.0.1); ``[v6]:PORT`` for IPv6 hosts."""
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        host, port = "127.0.0.1", value
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"--http takes HOST:PORT or PORT, got {value!r}")
+    return host, int(port)
+
+
+async def serve_http(
+    tool_paths: Sequence[str],
+    *,
+    address: str,
+    max_message_bytes: int,
+    token: str | None = None,
+    allowed_origins: Sequence[str] = (),
+    port_file: str | None = None,
+    **options: Any,
+) -> int:
+    """Serve MCP over Streamable HTTP until SIGTERM/SIGINT; returns the exit status (128 + the signal)."""
+    from ._mcp import _configure_logging
+
+    tools = ToolServer(tool_paths, **options)
+    _configure_logging()
+    host, port = parse_address(address)
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    bound = listeners[0].socket.getsockname()
+    url_host = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+    logger.info("listening on http://%s:%d%s", url_host, bound[1], ENDPOINT)
+    if host not in _LOOPBACK and token is None:
+        logger.warning("listening beyond this machine without a token: anyone who reaches the port can run tools")
+    if port_file is not None:
+        partial = f"{port_file}.{os.getpid()}.tmp"
+        with open(partial, "w") as f:  # noqa: ASYNC230 - a few bytes, once, before serving
+            f.write(f"{bound[1]}\n")
+        os.replace(partial, port_file)
+    server = HttpServer(tools, max_body=max_message_bytes, token=token, allowed_origins=allowed_origins)
+    await server.serve(listeners, handle_signals=True)
+    return 0 if tools.stopped_by is None else 128 + int(tools.stopped_by)

@@ -1,0 +1,187 @@
+"""HTTP/1.1 on one trio stream, through h11: bounded requests in, whole or streamed responses out.
+
+h11 is a sans-io HTTP/1.1 state machine: it parses (request line, headers,
+chunked or sized bodies, keep-alive, pipelining) and frames what is sent; this
+module only moves bytes between it and the socket, and bounds everything.
+
+Rules:
+
+1. A request's head is bounded by h11 (``max_incomplete_event_size``), its
+   body by ``max_body`` while it is read (``Content-Length`` is checked
+   first; a chunked body is counted): an oversized request gets 413 (431 for
+   the head) and the connection closes, nothing beyond the limit is buffered.
+2. Reading a request is bounded in time (a slow client cannot hold a
+   connection forever); so is an idle keep-alive connection.
+3. While a streamed response is written, :meth:`HttpConnection.watch_closed`
+   notices the client going away (its end of the socket closes), which is how
+   a disconnect during a call is seen; bytes the client sends meanwhile are
+   kept for h11 (a pipelined request), never dropped.
+4. Sending never blocks forever on a client that stopped reading: each send
+   is bounded by ``send_timeout``, after which the connection counts as gone.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Final
+
+import h11
+import trio
+
+logger = logging.getLogger("xcsh_run.mcp")
+
+MAX_HEAD_BYTES: Final = 16384
+_READ_CHUNK: Final = 65536
+REQUEST_TIMEOUT: Final = 30.0  # to read one request, once its first byte came
+IDLE_TIMEOUT: Final = 75.0  # between requests on a kept-alive connection
+SEND_TIMEOUT: Final = 30.0
+
+
+class ConnectionGone(Exception):
+    """The client went away (or stopped reading): nothing more can be sent."""
+
+
+@dataclass(frozen=True)
+class HttpRequest:
+    method: str
+    path: str  # without the query string
+    headers: dict[str, str]  # lower-case names; repeated fields joined with ", "
+    body: bytes
+
+
+class HttpError(Exception):
+    """A request this connection refuses before anyone sees it (too large, malformed)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+class HttpConnection:
+    """One client connection: read requests one at a time, answer each once."""
+
+    def __init__(self, stream: trio.abc.Stream, *, max_body: int) -> None:
+        self._stream = stream
+        self._max_body = max_body
+        self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        self.closed = trio.Event()  # the client's end is gone (rule 3)
+
+    async def next_request(self) -> HttpRequest | None:
+        """The next request, or None once the client is done (or too slow, rule 2).
+
+        Raises :class:`HttpError` for a request to refuse (rule 1); the caller
+        answers it and closes.
+        """
+        if self._h11.our_state is h11.DONE and self._h11.their_state is h11.DONE:
+            self._h11.start_next_cycle()
+        elif self._h11.our_state is not h11.IDLE:
+            return None  # the last response ended the connection
+        event: object = None
+        with trio.move_on_after(IDLE_TIMEOUT):
+            event = await self._next_event()
+        if not isinstance(event, h11.Request):
+            return None  # the client closed, or said nothing for too long
+        with trio.move_on_after(REQUEST_TIMEOUT):
+            return await self._read_request(event)
+        return None
+
+    async def _read_request(self, head: h11.Request) -> HttpRequest:
+        headers: dict[str, str] = {}
+        for raw_name, raw_value in head.headers:
+            name, value = raw_name.decode("latin-1"), raw_value.decode("latin-1")
+            headers[name] = f"{headers[name]}, {value}" if name in headers else value
+        length = headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > self._max_body:
+            raise HttpError(413, f"the body is {length} bytes; the limit is {self._max_body} bytes")
+        body = bytearray()
+        while True:
+            event = await self._next_event()
+            if isinstance(event, h11.Data):
+                body += event.data
+                if len(body) > self._max_body:
+                    raise HttpError(413, f"the body is over the limit of {self._max_body} bytes")
+            elif isinstance(event, h11.EndOfMessage):
+                break
+            else:
+                raise HttpError(400, "the request ended before its body")
+        target = head.target.decode("latin-1")
+        return HttpRequest(head.method.decode("ascii"), target.split("?", 1)[0], headers, bytes(body))
+
+    async def _next_event(self) -> h11.Event | type[h11.NEED_DATA] | type[h11.PAUSED]:
+        while True:
+            try:
+                event = self._h11.next_event()
+            except h11.RemoteProtocolError as exc:
+                # 431 for a head over the limit (rule 1), 400 for the rest.
+                raise HttpError(exc.error_status_hint, f"bad request: {exc}") from None
+            if event is not h11.NEED_DATA:
+                return event
+            try:
+                data = await self._stream.receive_some(_READ_CHUNK)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                data = b""
+            self._h11.receive_data(bytes(data))
+            if not data:
+                self.closed.set()
+
+    # --- responses -----------------------------------------------------------
+
+    async def respond(self, status: int, headers: list[tuple[str, str]], body: bytes = b"") -> None:
+        """A whole response (``Content-Length`` set)."""
+        await self.start(status, [*headers, ("content-length", str(len(body)))])
+        if body:
+            await self.send(body)
+        await self.finish()
+
+    async def start(self, status: int, headers: list[tuple[str, str]]) -> None:
+        """The head of a response; without ``Content-Length`` its body is chunked."""
+        await self._send(h11.Response(status_code=status, headers=[("server", "xcsh-run"), *headers]))
+
+    async def send(self, data: bytes) -> None:
+        await self._send(h11.Data(data=data))
+
+    async def finish(self) -> None:
+        await self._send(h11.EndOfMessage())
+
+    async def _send(self, event: h11.Event) -> None:
+        if self.closed.is_set():
+            raise ConnectionGone
+        try:
+            data = self._h11.send(event)
+        except h11.LocalProtocolError as exc:  # pragma: no cover - every response is built here
+            raise ConnectionGone from exc
+        if not data:
+            return
+        try:
+            with trio.fail_after(SEND_TIMEOUT):
+                await self._stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError, OSError) as exc:
+            self.closed.set()
+            raise ConnectionGone from exc
+
+    async def watch_closed(self) -> None:
+        """Return once the client's end closes (rule 3); run beside a streamed response, then cancel."""
+        kept = 0
+        while not self.closed.is_set():
+            try:
+                data = await self._stream.receive_some(_READ_CHUNK)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                data = b""
+            kept += len(data)
+            if not data or kept > MAX_HEAD_BYTES + self._max_body:
+                # Gone, or pushing more than one request's worth while it is
+                # answered: not a client to keep buffering for.
+                self.closed.set()
+                return
+            self._h11.receive_data(bytes(data))
+
+    @property
+    def reusable(self) -> bool:
+        """Whether another request may follow on this connection."""
+        return self._h11.our_state is h11.DONE and self._h11.their_state is h11.DONE
+
+    async def aclose(self) -> None:
+        with trio.move_on_after(1.0) as scope:
+            scope.shield = True
+            await self._stream.aclose()

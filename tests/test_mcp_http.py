@@ -1,0 +1,268 @@
+"""`xcsh-run serve --http`: Streamable HTTP, driven by the official SDK client and by raw HTTP (httpx2).
+
+Each test starts a real `xcsh-run serve --http 127.0.0.1:0` subprocess, reads
+the bound URL from its stderr (no port is ever guessed), and ends it with
+SIGTERM, checking it exits 128 + 15 with no worker left (the autouse
+``no_survivors`` fixture checks the rest).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import mcp_types
+import pytest
+import trio
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from .conftest import TOOLS, XCSH_RUN, marked_processes
+from .test_mcp import EXTRA_TOOLS, start_busy, text_of, tool_module, wait_exited
+
+# The SDK's HTTP client, run on trio, leaves its SSE readers' async
+# generators to the garbage collector when it cancels its GET stream at exit
+# (httpx2 / httpcore2 internals, not this server): their ResourceWarnings only.
+pytestmark = pytest.mark.filterwarnings(
+    r"ignore:Exception ignored in. <async_generator object:pytest.PytestUnraisableExceptionWarning"
+)
+
+BASIC = str(TOOLS / "basic.py")
+DEADLINE = 30
+JSON_AND_SSE = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+}
+
+
+class Server:
+    def __init__(self, process: trio.Process) -> None:
+        self.process = process
+        self.url = ""
+        self.listening = trio.Event()
+        self.stderr = bytearray()
+
+    async def read_stderr(self) -> None:
+        assert self.process.stderr is not None
+        async for chunk in self.process.stderr:
+            self.stderr += chunk
+            for line in bytes(self.stderr).splitlines():
+                if b"listening on " in line and not self.listening.is_set():
+                    self.url = line.split(b"listening on ", 1)[1].decode().strip()
+                    self.listening.set()
+
+
+@asynccontextmanager
+async def http_server(
+    *tools: str, options: tuple[str, ...] = (), env: dict[str, str] | None = None
+) -> AsyncIterator[Server]:
+    args = [XCSH_RUN, "serve", "--http", "127.0.0.1:0", "--grace", "0.5", *options]
+    for tool in tools or (BASIC,):
+        args += ["--tools", tool]
+    process = await trio.lowlevel.open_process(args, stderr=-1, env={**os.environ, **(env or {})})
+    server = Server(process)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server.read_stderr)
+            await server.listening.wait()
+            yield server
+            process.send_signal(signal.SIGTERM)
+            with trio.fail_after(10):
+                code = await process.wait()
+            assert code == 128 + signal.SIGTERM, server.stderr.decode()
+    finally:
+        if process.returncode is None:  # the test failed: still stop it the clean way first
+            process.send_signal(signal.SIGTERM)
+            with trio.move_on_after(10) as scope:
+                scope.shield = True
+                await process.wait()
+        if process.returncode is None:
+            process.kill()
+            with trio.move_on_after(5) as scope:
+                scope.shield = True
+                await process.wait()
+    assert marked_processes() == []
+
+
+@asynccontextmanager
+async def sdk_session(
+    url: str, message_handler: Callable[[Any], Awaitable[None]] | None = None
+) -> AsyncIterator[ClientSession]:
+    async with (
+        streamable_http_client(url) as (read, write),
+        ClientSession(read, write, read_timeout_seconds=DEADLINE, message_handler=message_handler) as s,
+    ):
+        await s.initialize()
+        yield s
+
+
+async def raw_initialize(client: httpx2.AsyncClient, url: str) -> str:
+    response = await client.post(url, json=INIT, headers={**JSON_AND_SSE, "accept": "application/json"})
+    assert response.status_code == 200, response.text
+    assert response.json()["result"]["protocolVersion"] == "2025-11-25"
+    session_id: str = response.headers["mcp-session-id"]
+    return session_id
+
+
+# --- the official client ---------------------------------------------------------
+
+
+async def test_sdk_client_initializes_lists_calls_with_progress_and_ends_its_session() -> None:
+    with trio.fail_after(DEADLINE):
+        async with http_server() as server:
+            async with sdk_session(server.url) as s:
+                tools = {t.name for t in (await s.list_tools()).tools}
+                assert {"add", "echo", "progress"} <= tools
+                assert text_of(await s.call_tool("add", {"a": 2, "b": 3})) == "5"
+                seen: list[float] = []
+
+                async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+                    seen.append(progress)
+
+                result = await s.call_tool("progress", {"count": 20}, progress_callback=on_progress)
+                assert text_of(result) == "done"
+                assert seen and seen == sorted(seen) and seen[-1] == 20
+            # The client sent DELETE on exit: the server forgot the session (and kept serving).
+            async with httpx2.AsyncClient() as client:
+                assert (await client.post(server.url, json=INIT, headers=JSON_AND_SSE)).status_code == 200
+
+
+async def test_sdk_client_cancel_stops_the_call_through_the_ladder(tmp_path: Path) -> None:
+    extra = tmp_path / "extra.py"
+    extra.write_text(EXTRA_TOOLS)
+    with trio.fail_after(DEADLINE):
+        async with http_server(BASIC, str(extra)) as server, sdk_session(server.url) as s:
+            async with trio.open_nursery() as nursery:
+                scope, message, results = await start_busy(nursery, s, "stubborn")
+                pid = int(message.split()[1])
+                scope.cancel()  # the SDK POSTs notifications/cancelled
+            await wait_exited(pid)
+            assert results == []
+            assert text_of(await s.call_tool("echo", {"text": "still here"})) == "still here"
+
+
+async def test_tools_list_changed_reaches_the_get_stream(tmp_path: Path) -> None:
+    folder = tmp_path / "tools"
+    folder.mkdir()
+    tool_module(folder, "a", "alpha", "first")
+    send, receive = trio.open_memory_channel[None](10)
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            await send.send(None)
+
+    with trio.fail_after(DEADLINE * 2):
+        async with http_server(str(folder)) as server, sdk_session(server.url, on_message) as s:
+            assert [t.name for t in (await s.list_tools()).tools] == ["alpha"]
+            tool_module(folder, "b", "beta", "second")
+            await receive.receive()
+            assert {t.name for t in (await s.list_tools()).tools} == {"alpha", "beta"}
+
+
+async def test_a_client_gone_mid_call_stops_the_call(tmp_path: Path) -> None:
+    extra = tmp_path / "extra.py"
+    extra.write_text(EXTRA_TOOLS)
+    with trio.fail_after(DEADLINE):
+        async with http_server(BASIC, str(extra)) as server, httpx2.AsyncClient(timeout=DEADLINE) as client:
+            session_id = await raw_initialize(client, server.url)
+            headers = {**JSON_AND_SSE, "mcp-session-id": session_id, "mcp-protocol-version": "2025-11-25"}
+            call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call"}
+            call["params"] = {"name": "spin", "arguments": {}, "_meta": {"progressToken": "p"}}
+            async with client.stream("POST", server.url, json=call, headers=headers) as response:
+                assert response.headers["content-type"] == "text/event-stream"
+                async for line in response.aiter_lines():
+                    if line.startswith("data: {"):
+                        pid = int(json.loads(line[6:])["params"]["message"].split()[1])
+                        break
+            # The stream is closed; after the resume window the call goes through the ladder.
+            await wait_exited(pid)
+
+
+# --- raw HTTP -----------------------------------------------------------------
+
+
+async def test_origin_token_session_and_version_checks() -> None:
+    with trio.fail_after(DEADLINE):
+        async with (
+            http_server(env={"XCSH_RUN_MCP_TOKEN": "s3cret"}) as server,
+            httpx2.AsyncClient(timeout=DEADLINE) as client,
+        ):
+            auth = {**JSON_AND_SSE, "authorization": "Bearer s3cret"}
+            no_token = await client.post(server.url, json=INIT, headers=JSON_AND_SSE)
+            assert no_token.status_code == 401
+            assert no_token.headers["www-authenticate"].startswith("Bearer")
+            wrong = await client.post(server.url, json=INIT, headers={**JSON_AND_SSE, "authorization": "Bearer nope"})
+            assert wrong.status_code == 401
+            assert 'error="invalid_token"' in wrong.headers["www-authenticate"]
+            foreign = await client.post(server.url, json=INIT, headers={**auth, "origin": "http://evil.example"})
+            assert foreign.status_code == 403
+            local = await client.post(server.url, json=INIT, headers={**auth, "origin": "http://localhost:5173"})
+            assert local.status_code == 200
+            ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+            assert (await client.post(server.url, json=ping, headers=auth)).status_code == 400  # no session
+            unknown = await client.post(server.url, json=ping, headers={**auth, "mcp-session-id": "nope"})
+            assert unknown.status_code == 404
+            session_id = local.headers["mcp-session-id"]
+            bad_version = {**auth, "mcp-session-id": session_id, "mcp-protocol-version": "1999-01-01"}
+            assert (await client.post(server.url, json=ping, headers=bad_version)).status_code == 400
+            ok = {
+                **auth,
+                "mcp-session-id": session_id,
+                "mcp-protocol-version": "2025-11-25",
+                "accept": "application/json",
+            }
+            response = await client.post(server.url, json=ping, headers=ok)
+            assert response.status_code == 200
+            assert response.json() == {"jsonrpc": "2.0", "id": 2, "result": {}}
+            note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            assert (await client.post(server.url, json=note, headers=ok)).status_code == 202
+            assert (await client.delete(server.url, headers=ok)).status_code == 200
+            assert (await client.post(server.url, json=ping, headers=ok)).status_code == 404
+
+
+async def test_oversized_and_malformed_bodies_are_refused() -> None:
+    with trio.fail_after(DEADLINE):
+        async with (
+            http_server(options=("--max-message-bytes", "2048")) as server,
+            httpx2.AsyncClient(timeout=DEADLINE) as client,
+        ):
+            big = {**INIT, "params": {**INIT["params"], "pad": "x" * 5000}}  # type: ignore[dict-item]
+            assert (await client.post(server.url, json=big, headers=JSON_AND_SSE)).status_code == 413
+            garbage = await client.post(server.url, content=b"{nope", headers=JSON_AND_SSE)
+            assert garbage.status_code == 400
+            assert garbage.json()["error"]["code"] == -32700
+            assert (await client.post(server.url, json=INIT, headers={"accept": "text/html"})).status_code == 406
+
+
+async def test_a_lost_stream_resumes_with_last_event_id() -> None:
+    with trio.fail_after(DEADLINE):
+        async with http_server() as server, httpx2.AsyncClient(timeout=DEADLINE) as client:
+            session_id = await raw_initialize(client, server.url)
+            headers = {**JSON_AND_SSE, "mcp-session-id": session_id, "mcp-protocol-version": "2025-11-25"}
+            call = {"jsonrpc": "2.0", "id": 9, "method": "tools/call"}
+            call["params"] = {"name": "progress", "arguments": {"count": 3}, "_meta": {"progressToken": "p"}}
+            async with client.stream("POST", server.url, json=call, headers=headers) as response:
+                lines = response.aiter_lines()
+                first_id = None
+                async for line in lines:
+                    if line.startswith("id: "):
+                        first_id = line[4:]  # the priming event's id
+                        break
+            assert first_id is not None
+            # Dropped right after the priming event: everything after it is replayed on a GET.
+            get = {**headers, "last-event-id": first_id}
+            async with client.stream("GET", server.url, headers=get) as resumed:
+                assert resumed.status_code == 200
+                data = [json.loads(line[6:]) async for line in resumed.aiter_lines() if line.startswith("data: {")]
+            assert data[-1]["id"] == 9
+            assert data[-1]["result"]["content"][0]["text"] == "done"
+            assert [m["params"]["progress"] for m in data[:-1]] == sorted(m["params"]["progress"] for m in data[:-1])
