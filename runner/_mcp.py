@@ -67,20 +67,25 @@ from worker._messages import ErrorCode, ErrorObject, LocalProtocolError, Message
 from worker._methods import Notice, State
 
 from ._errors import ConfigError
-from ._host import Runner, ToolInfo
+from ._host import ToolInfo
+from ._mcp_elicit import Answer, Asker, can_elicit, is_answer
+from ._mcp_logging import DEFAULT_LEVEL, parse_level
 from ._mcp_methods import (
     CANCELLED,
     INITIALIZE,
     INITIALIZED,
     PING,
     PROGRESS,
+    SET_LEVEL,
     TOOLS_CALL,
     TOOLS_LIST,
     TOOLS_LIST_CHANGED,
     CancelledParams,
     server_connection,
 )
+from ._mcp_methods import RpcError as _RpcError
 from ._mcp_render import META_ERROR, Progress, render_result, render_tools
+from ._mcp_request import McpRequest as _Request
 from ._mcp_server import DEFAULT_POLL_INTERVAL as DEFAULT_POLL_INTERVAL
 from ._mcp_server import Outbox, ToolServer
 from ._mcp_transport import DEFAULT_MAX_MESSAGE_BYTES as DEFAULT_MAX_MESSAGE_BYTES
@@ -101,34 +106,6 @@ SUPPORTED_PROTOCOL_VERSIONS: Final = ("2025-11-25", "2025-06-18", "2025-03-26", 
 _call_numbers = itertools.count(1)
 
 
-class _RpcError(Exception):
-    """A JSON-RPC error answer to the request being handled."""
-
-    def __init__(self, code: int, message: str) -> None:
-        self.code = code
-        super().__init__(message)
-
-
-class _Request:
-    """One request in flight: what a ``notifications/cancelled`` needs to stop it.
-
-    Which requests are in flight, and that each is answered once, is the
-    connection's business; this is the task's side: its scope and its call.
-    """
-
-    __slots__ = ("id", "method", "params", "reply", "cancelled", "scope", "runner", "call_id")
-
-    def __init__(self, request_id: RequestId, method: str, params: dict[str, Any], reply: Outbox) -> None:
-        self.id = request_id
-        self.method = method
-        self.params = params
-        self.reply = reply  # where its progress and its response go
-        self.cancelled = False
-        self.scope = trio.CancelScope()  # entered by its task
-        self.runner: Runner | None = None
-        self.call_id: str | None = None
-
-
 class McpSession:
     """One client's MCP session: its protocol books and its ways of sending; the tools are ``server``'s.
 
@@ -146,11 +123,15 @@ class McpSession:
             PING.name: self._ping,
             TOOLS_LIST.name: self._tools_list,
             TOOLS_CALL.name: self._tools_call,
+            SET_LEVEL.name: self._set_level,
         }
         self._version = LATEST_PROTOCOL_VERSION
         self._tasks: dict[RequestId, _Request] = {}
         self._closing: str | None = None  # why the session stops taking calls, once it does
         self._deadline = math.inf  # what requests may take once it winds down
+        self.log_level = DEFAULT_LEVEL  # the least severe log record its client is sent (_mcp_logging)
+        self.can_elicit: bool | None = None  # whether its client takes prompts; None until initialize
+        self._asker = Asker(self._conn)  # the prompts sent to its client, waiting for their answers
         server.sessions.add(self)
 
     @property
@@ -170,8 +151,16 @@ class McpSession:
         await self._outbox.send(self._conn.send_notification(notice, params))
 
     async def _send_for(self, request: _Request, data: bytes) -> None:
-        """Send a message that belongs to ``request`` (its progress, its response) where its reply goes."""
+        """Send a message that belongs to ``request`` (progress, log records, prompts, response) to its reply."""
         await request.reply.send(data)
+
+    async def notify_for(self, request: _Request, notice: Notice[Any], params: dict[str, Any]) -> None:
+        """Send a notification that belongs to ``request`` (its progress, its tool's log records)."""
+        await self._send_for(request, self._conn.send_notification(notice, params))
+
+    async def ask(self, request: _Request, params: dict[str, Any], timeout: float) -> Answer | None:
+        """Prompt the client for ``request``'s tool (``elicitation/create``); its answer, or None (_mcp_elicit)."""
+        return await self._asker.ask(params, functools.partial(self._send_for, request), timeout)
 
     async def _reply_once(self, reply: Outbox, data: bytes) -> None:
         try:
@@ -201,6 +190,7 @@ class McpSession:
     def close(self) -> None:
         """The session is over: no more messages either way."""
         self._server.sessions.discard(self)
+        self._server.sync_ui()
         self._conn.close()
         self._outbox.end()
 
@@ -211,9 +201,6 @@ class McpSession:
         ):
             await self.notify(TOOLS_LIST_CHANGED, {})
 
-    async def _send_progress(self, request: _Request, params: dict[str, Any]) -> None:
-        await self._send_for(request, self._conn.send_notification(PROGRESS, params))
-
     # --- incoming messages ------------------------------------------------------
 
     def _on_message(self, message: Message, reply: Outbox | None = None) -> None:
@@ -222,6 +209,12 @@ class McpSession:
         A request's progress and response go to ``reply`` (the session's
         outbox when None).
         """
+        if is_answer(message):  # to a prompt of ours, or dropped (_mcp_elicit)
+            if not self._asker.answered(message):
+                logger.debug("ignored a response to %r: no request of the server's waits for it", message.id)
+            if reply is not None:
+                reply.end()
+            return
         try:
             self._conn.receive_message(message)
             event = self._conn.next_event()
@@ -334,6 +327,8 @@ class McpSession:
                 ErrorCode.INVALID_PARAMS, "invalid params: initialize needs params.protocolVersion, a string"
             )
         self._version = asked if asked in SUPPORTED_PROTOCOL_VERSIONS else LATEST_PROTOCOL_VERSION
+        self.can_elicit = can_elicit(request.params.get("capabilities"))
+        self._server.sync_ui()
         client = request.params.get("clientInfo")
         logger.info(
             "initialize from %s: asked for %s, speaking %s",
@@ -343,13 +338,17 @@ class McpSession:
         )
         return {
             "protocolVersion": self._version,
-            "capabilities": {"tools": {"listChanged": True}},
+            "capabilities": {"tools": {"listChanged": True}, "logging": {}},
             "serverInfo": {"name": "xcsh-run", "version": __version__},
             "instructions": "Tools run in isolated worker processes; errors come back as isError results "
             f"with their kind in _meta[{META_ERROR!r}].",
         }
 
     async def _ping(self, request: _Request) -> dict[str, Any]:
+        return {}
+
+    async def _set_level(self, request: _Request) -> dict[str, Any]:
+        self.log_level = parse_level(request.params)  # for this session's calls, from their next record on
         return {}
 
     async def _tools_list(self, request: _Request) -> dict[str, Any]:
@@ -359,7 +358,7 @@ class McpSession:
             )
         runners = self._server.runners
         await runners.first_load.wait()  # the first load runs in the background
-        return {"tools": render_tools(runners.tools, self._version)}
+        return {"tools": render_tools(self._server.listed_tools(), self._version)}
 
     async def _tools_call(self, request: _Request) -> dict[str, Any]:
         params = request.params
@@ -383,10 +382,11 @@ class McpSession:
         request.runner, request.call_id = generation.runner, call_id
         with generation.in_use():
             async with trio.open_nursery() as nursery:
-                send = functools.partial(self._send_progress, request)
+                send = functools.partial(self.notify_for, request, PROGRESS)
                 progress = Progress(token, send) if valid_id(token) else None
                 if progress is not None:
                     nursery.start_soon(progress.pump)
+                link = self._server.links.open(call_id, self, request, name, nursery)
                 try:
                     result = await generation.runner.call_tool(
                         name,
@@ -400,6 +400,8 @@ class McpSession:
                     # the response go: progress always precedes the result.
                     if progress is not None:
                         progress.close()
+                    link.close()
+        await self._server.pending_changed()  # a call may leave a pending action, or resolve one
         if result.is_error:
             logger.info("tools/call %s (request %r): %s", name, request.id, result.kind)
         return render_result(result, self._version)

@@ -1,0 +1,31 @@
+"""One MCP request in flight, as its handler and a ``notifications/cancelled`` see it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from ._host import Runner
+from ._mcp_server import Outbox
+from ._mcp_transport import RequestId
+
+
+class McpRequest:
+    """One request in flight: what a ``notifications/cancelled`` needs to stop it.
+
+    Which requests are in flight, and that each is answered once, is the
+    connection's business; this is the task's side: its scope and its call.
+    """
+
+    __slots__ = ("id", "method", "params", "reply", "cancelled", "scope", "runner", "call_id")
+
+    def __init__(self, request_id: RequestId, method: str, params: dict[str, Any], reply: Outbox) -> None:
+        self.id = request_id
+        self.method = method
+        self.params = params
+        self.reply = reply  # where its progress, its log records, its prompts and its response go
+        self.cancelled = False
+        self.scope = trio.CancelScope()  # entered by its task
+        self.runner: Runner | None = None
+        self.call_id: str | None = None
