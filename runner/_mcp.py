@@ -13,11 +13,12 @@ What is mapped how:
 
 - ``initialize`` negotiates the newest handshake-era revision
   (:data:`LATEST_PROTOCOL_VERSION`), or echoes an older one the client asks
-  for; capabilities are ``{"tools": {"listChanged": true}}``. ``server/discover``
+  for; capabilities are ``tools.listChanged`` and ``logging``. ``server/discover``
   (the stateless 2026-07-28 era) is answered "method not found", which is what
   makes the SDK's ``mode="auto"`` clients fall back to ``initialize``.
-- ``tools/list``: every tool that is not ``hidden``: ``name``, ``title`` (the
-  label), ``description``, ``inputSchema`` (the JSON Schema).
+- ``tools/list``: every tool that is not ``hidden`` (and ``resolve`` while
+  pending actions wait for it: ``_mcp_server`` rule 5): ``name``, ``title``
+  (the label), ``description``, ``inputSchema`` (the JSON Schema).
 - ``tools/call``: one :meth:`Runner.call_tool`. Every failure, whatever its
   kind (not_found included, so a model can read "did you mean ..."), is an
   ``isError: true`` result; the kind and its evidence are in
@@ -25,6 +26,9 @@ What is mapped how:
   ``structuredContent.error``. ``details`` travel in ``_meta["xcsh-run/details"]``.
 - ``on_update`` partials become ``notifications/progress`` (a counter, and the
   partial's text as ``message``) when the request carried ``_meta.progressToken``.
+- A call's ``api.logger`` records become ``notifications/message``
+  (``_mcp_logging``), its ``api.ui`` prompts ``elicitation/create``
+  (``_mcp_elicit``), for the session that made the call (``_mcp_call``).
 - ``notifications/cancelled`` goes through :meth:`Runner.cancel` (the ladder);
   per the spec the cancelled request gets no response at all.
 - The candidate tool files are polled for changes; a change opens a new
@@ -37,8 +41,8 @@ What is mapped how:
   the runners and returns once no worker is left.
 - A session sends in two places only: :meth:`McpSession.notify` (what the
   server says on its own, to the session's outbox) and ``_send_for`` (what
-  belongs to a request, its progress and response, to the request's reply
-  outbox).
+  belongs to a request: its progress, log records, prompts and response, to
+  the request's reply outbox).
 
 Layout: ``_mcp_server`` (what sessions share, and the lifecycle),
 ``_mcp_transport`` (lines, the writer task, malformed input),
@@ -210,8 +214,7 @@ class McpSession:
         outbox when None).
         """
         if is_answer(message):  # to a prompt of ours, or dropped (_mcp_elicit)
-            if not self._asker.answered(message):
-                logger.debug("ignored a response to %r: no request of the server's waits for it", message.id)
+            self._asker.answered(message)
             if reply is not None:
                 reply.end()
             return

@@ -155,6 +155,7 @@ class Asker:
         """Hand a client's response to the prompt waiting for it; False if none waits (it is then ignored)."""
         waiter = self._waiting.get(message.id) if isinstance(message.id, int) else None
         if waiter is None or waiter.done.is_set():
+            logger.debug("ignored a response to %r: no request of the server's waits for it", message.id)
             return False
         self._conn.receive_message(message)
         event = self._conn.next_event()

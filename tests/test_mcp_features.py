@@ -304,3 +304,57 @@ async def test_resolve_is_listed_while_a_pending_action_waits_with_list_changed(
             with trio.move_on_after(0):
                 await receive.receive()
                 raise AssertionError("a list_changed without a change")
+
+
+# --- two sessions on one server ------------------------------------------------------------------
+
+
+class Collected:
+    """An outbox that keeps what it is sent."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+        self.ended = trio.Event()
+
+    async def send(self, data: bytes) -> None:
+        self.messages.append(json.loads(data))
+
+    def end(self) -> None:
+        self.ended.set()
+
+
+async def test_a_calls_records_reach_only_the_session_that_made_it(tools: str) -> None:
+    import msgspec
+
+    from runner._mcp import McpSession
+    from runner._mcp_server import ToolServer
+    from worker._messages import Request
+
+    server = ToolServer([tools], grace=0.5)
+    own = {"a": Collected(), "b": Collected()}
+    sessions = {name: McpSession(server, outbox) for name, outbox in own.items()}
+
+    def request(name: str, method: str, params: dict[str, Any]) -> Collected:
+        reply = Collected()
+        raw = msgspec.Raw(json.dumps(params).encode())
+        sessions[name]._on_message(Request(id=1 if method == "initialize" else 2, method=method, params=raw), reply)
+        return reply
+
+    replies: dict[str, Collected] = {}
+
+    async def main(requests: trio.Nursery) -> None:
+        init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}
+        for name in sessions:
+            await request(name, "initialize", init).ended.wait()
+        for name in sessions:  # both calls run at once
+            replies[name] = request(name, "tools/call", {"name": "chatty", "arguments": {"tag": name}})
+        for reply in replies.values():
+            await reply.ended.wait()
+
+    with trio.fail_after(DEADLINE):
+        await server.run(main, ended="the test is over")
+    for name, reply in replies.items():
+        *records, response = reply.messages
+        assert response["result"]["content"] == [{"type": "text", "text": f"done {name}"}]
+        assert [r["params"]["data"] for r in records] == [f"info {name}", f"warning {name}", f"error {name}"]
+        assert not any(m.get("method") == "notifications/message" for m in own[name].messages)
