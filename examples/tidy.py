@@ -50,7 +50,8 @@ def factory(api):
                 {
                     "type": "text",
                     "text": f"Preview: lines {', '.join(lines)} of {params.path} have trailing "
-                    "whitespace. Call `resolve` to apply or discard.",
+                    'whitespace. Call the `resolve` tool with {"action": "apply"} to make the change, or '
+                    '{"action": "discard"} to leave the file as it is, and a "reason".',
                 }
             ],
             "details": {"lines": lines},

@@ -9,11 +9,12 @@ stay in the worker that made them (which the pool then keeps: it is pinned).
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol
 
 import msgspec
@@ -51,6 +52,10 @@ SESSION_EVENTS: Final = (
 - ``todo_reminder``: ``{reason, todos, attempt, maxAttempts}``
 """
 
+ui_call: Final = contextvars.ContextVar[str | None]("xcsh_run_ui_call", default=None)
+"""The id of the call whose prompt a UI method is answering (None outside a call): set while the bridge
+awaits the UI, so that one UI serving many callers (the MCP server's) can route the prompt to the right one."""
+
 UI_DEFAULTS: Final[dict[str, Any]] = {
     "select": None,
     "confirm": False,
@@ -66,7 +71,8 @@ UI_DEFAULTS: Final[dict[str, Any]] = {
 class UIContext(Protocol):
     """What ``Runner.set_ui_context`` accepts: any object with these methods, sync or async.
 
-    Missing methods answer like the no-op UI.
+    Missing methods answer like the no-op UI. A UI that serves many callers
+    learns which call a prompt belongs to from :data:`ui_call`.
     """
 
     def confirm(self, title: str, message: str) -> Any: ...
@@ -156,6 +162,9 @@ class HostBridge:
         self._ui: object = NoOpUI()
         self.context: dict[str, Any] = {}
         self.pending: list[PendingActionRecord] = []
+        # Also given every tool log record, whatever the logging levels: the MCP
+        # server sends them to the client whose call made them. Must not block.
+        self.log_listener: Callable[[p.LogParams], None] | None = None
 
     # --- the UI -----------------------------------------------------------------------
 
@@ -191,12 +200,14 @@ class HostBridge:
         with trio.CancelScope() as scope:
             if call is not None:
                 call.ui_scopes.add(scope)
+            token = ui_call.set(params.call_id)
             try:
                 return await call_ui(self._ui, params.method, params.args)
             except Exception as exc:
                 log.warning("UI method %s raised %r; answering %r", params.method, exc, default)
                 return default
             finally:
+                ui_call.reset(token)
                 if call is not None:
                     call.ui_scopes.discard(scope)
         return default  # cancelled with its call
@@ -213,6 +224,8 @@ class HostBridge:
                 record.message,
                 extra={"tool": tool, "call_id": record.call_id, "pid": worker.pid, "tool_logger": record.logger},
             )
+            if self.log_listener is not None:
+                self.log_listener(record)
         elif message.method is p.ABORT:
             abort: p.AbortParams = message.params
             self._calls.abort(abort.call_id, abort.reason)

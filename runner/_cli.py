@@ -335,8 +335,8 @@ def serve_command(
 
     With --http, serve Streamable HTTP instead, at http://HOST:PORT/mcp (see docs/mcp.md).
     """
-    from ._mcp import serve_stdio  # only this command needs the MCP server
     from ._mcp_http import parse_address, serve_http
+    from ._mcp_stdio import serve_stdio  # only this command needs the MCP server
 
     configure_log_file(log_file, also_stderr=True)
     check_seconds(timeout=timeout, grace=grace, load_timeout=load_timeout, queue_timeout=queue_timeout)

@@ -13,11 +13,12 @@ What is mapped how:
 
 - ``initialize`` negotiates the newest handshake-era revision
   (:data:`LATEST_PROTOCOL_VERSION`), or echoes an older one the client asks
-  for; capabilities are ``{"tools": {"listChanged": true}}``. ``server/discover``
+  for; capabilities are ``tools.listChanged`` and ``logging``. ``server/discover``
   (the stateless 2026-07-28 era) is answered "method not found", which is what
   makes the SDK's ``mode="auto"`` clients fall back to ``initialize``.
-- ``tools/list``: every tool that is not ``hidden``: ``name``, ``title`` (the
-  label), ``description``, ``inputSchema`` (the JSON Schema).
+- ``tools/list``: every tool that is not ``hidden`` (and ``resolve`` while
+  pending actions wait for it: ``_mcp_server`` rule 5): ``name``, ``title``
+  (the label), ``description``, ``inputSchema`` (the JSON Schema).
 - ``tools/call``: one :meth:`Runner.call_tool`. Every failure, whatever its
   kind (not_found included, so a model can read "did you mean ..."), is an
   ``isError: true`` result; the kind and its evidence are in
@@ -25,6 +26,9 @@ What is mapped how:
   ``structuredContent.error``. ``details`` travel in ``_meta["xcsh-run/details"]``.
 - ``on_update`` partials become ``notifications/progress`` (a counter, and the
   partial's text as ``message``) when the request carried ``_meta.progressToken``.
+- A call's ``api.logger`` records become ``notifications/message``
+  (``_mcp_logging``), its ``api.ui`` prompts ``elicitation/create``
+  (``_mcp_elicit``), for the session that made the call (``_mcp_call``).
 - ``notifications/cancelled`` goes through :meth:`Runner.cancel` (the ladder);
   per the spec the cancelled request gets no response at all.
 - The candidate tool files are polled for changes; a change opens a new
@@ -37,8 +41,8 @@ What is mapped how:
   the runners and returns once no worker is left.
 - A session sends in two places only: :meth:`McpSession.notify` (what the
   server says on its own, to the session's outbox) and ``_send_for`` (what
-  belongs to a request, its progress and response, to the request's reply
-  outbox).
+  belongs to a request: its progress, log records, prompts and response, to
+  the request's reply outbox).
 
 Layout: ``_mcp_server`` (what sessions share, and the lifecycle),
 ``_mcp_transport`` (lines, the writer task, malformed input),
@@ -55,9 +59,7 @@ import functools
 import itertools
 import logging
 import math
-import signal
-import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import trio
@@ -66,27 +68,29 @@ from worker._connection import NotificationDropped, NotificationReceived, Reques
 from worker._messages import ErrorCode, ErrorObject, LocalProtocolError, Message, RefusalReason, RemoteProtocolError
 from worker._methods import Notice, State
 
-from ._errors import ConfigError
 from ._host import ToolInfo
+from ._mcp_elicit import Answer, Asker, can_elicit, is_answer
+from ._mcp_logging import DEFAULT_LEVEL, parse_level
 from ._mcp_methods import (
     CANCELLED,
     INITIALIZE,
     INITIALIZED,
     PING,
     PROGRESS,
+    SET_LEVEL,
     TOOLS_CALL,
     TOOLS_LIST,
     TOOLS_LIST_CHANGED,
     CancelledParams,
     server_connection,
 )
+from ._mcp_methods import RpcError as _RpcError
 from ._mcp_render import META_ERROR, Progress, render_result, render_tools
 from ._mcp_request import McpRequest as _Request
-from ._mcp_request import RpcError as _RpcError
 from ._mcp_server import DEFAULT_POLL_INTERVAL as DEFAULT_POLL_INTERVAL
 from ._mcp_server import Outbox, ToolServer
 from ._mcp_transport import DEFAULT_MAX_MESSAGE_BYTES as DEFAULT_MAX_MESSAGE_BYTES
-from ._mcp_transport import FLUSH_TIMEOUT, LineTransport, RequestId, error_line, take_over_stdio, valid_id
+from ._mcp_transport import RequestId, error_line, valid_id
 from ._results import ErrorKind, error_result
 
 logger = logging.getLogger("xcsh_run.mcp")
@@ -120,12 +124,16 @@ class McpSession:
             PING.name: self._ping,
             TOOLS_LIST.name: self._tools_list,
             TOOLS_CALL.name: self._tools_call,
+            SET_LEVEL.name: self._set_level,
         }
         self._version = LATEST_PROTOCOL_VERSION
         self._tasks: dict[RequestId, _Request] = {}
         self._closing: str | None = None  # why the session stops taking calls, once it does
         self._deadline = math.inf  # what requests may take once it winds down
         self._idle = trio.Event()  # set when the last request in flight ends
+        self.log_level = DEFAULT_LEVEL  # the least severe log record its client is sent (_mcp_logging)
+        self.can_elicit: bool | None = None  # whether its client takes prompts; None until initialize
+        self._asker = Asker(self._conn)  # the prompts sent to its client, waiting for their answers
         server.sessions.add(self)
 
     @property
@@ -145,8 +153,16 @@ class McpSession:
         await self._outbox.send(self._conn.send_notification(notice, params))
 
     async def _send_for(self, request: _Request, data: bytes) -> None:
-        """Send a message that belongs to ``request`` (its progress, its response) where its reply goes."""
+        """Send a message that belongs to ``request`` (progress, log records, prompts, response) to its reply."""
         await request.reply.send(data)
+
+    async def notify_for(self, request: _Request, notice: Notice[Any], params: dict[str, Any]) -> None:
+        """Send a notification that belongs to ``request`` (its progress, its tool's log records)."""
+        await self._send_for(request, self._conn.send_notification(notice, params))
+
+    async def ask(self, request: _Request, params: dict[str, Any], timeout: float) -> Answer | None:
+        """Prompt the client for ``request``'s tool (``elicitation/create``); its answer, or None (_mcp_elicit)."""
+        return await self._asker.ask(params, functools.partial(self._send_for, request), timeout)
 
     async def _reply_once(self, reply: Outbox, data: bytes) -> None:
         try:
@@ -191,6 +207,7 @@ class McpSession:
     def close(self) -> None:
         """The session is over: no more messages either way."""
         self._server.sessions.discard(self)
+        self._server.sync_ui()
         self._conn.close()
         self._outbox.end()
 
@@ -201,9 +218,6 @@ class McpSession:
         ):
             await self.notify(TOOLS_LIST_CHANGED, {})
 
-    async def _send_progress(self, request: _Request, params: dict[str, Any]) -> None:
-        await self._send_for(request, self._conn.send_notification(PROGRESS, params))
-
     # --- incoming messages ------------------------------------------------------
 
     def _on_message(self, message: Message, reply: Outbox | None = None) -> None:
@@ -212,6 +226,11 @@ class McpSession:
         A request's progress and response go to ``reply`` (the session's
         outbox when None).
         """
+        if is_answer(message):  # to a prompt of ours, or dropped (_mcp_elicit)
+            self._asker.answered(message)
+            if reply is not None:
+                reply.end()
+            return
         try:
             self._conn.receive_message(message)
             event = self._conn.next_event()
@@ -326,6 +345,8 @@ class McpSession:
                 ErrorCode.INVALID_PARAMS, "invalid params: initialize needs params.protocolVersion, a string"
             )
         self._version = asked if asked in SUPPORTED_PROTOCOL_VERSIONS else LATEST_PROTOCOL_VERSION
+        self.can_elicit = can_elicit(request.params.get("capabilities"))
+        self._server.sync_ui()
         client = request.params.get("clientInfo")
         logger.info(
             "initialize from %s: asked for %s, speaking %s",
@@ -335,13 +356,17 @@ class McpSession:
         )
         return {
             "protocolVersion": self._version,
-            "capabilities": {"tools": {"listChanged": True}},
+            "capabilities": {"tools": {"listChanged": True}, "logging": {}},
             "serverInfo": {"name": "xcsh-run", "version": __version__},
             "instructions": "Tools run in isolated worker processes; errors come back as isError results "
             f"with their kind in _meta[{META_ERROR!r}].",
         }
 
     async def _ping(self, request: _Request) -> dict[str, Any]:
+        return {}
+
+    async def _set_level(self, request: _Request) -> dict[str, Any]:
+        self.log_level = parse_level(request.params)  # for this session's calls, from their next record on
         return {}
 
     async def _tools_list(self, request: _Request) -> dict[str, Any]:
@@ -351,7 +376,7 @@ class McpSession:
             )
         runners = self._server.runners
         await runners.first_load.wait()  # the first load runs in the background
-        return {"tools": render_tools(runners.tools, self._version)}
+        return {"tools": render_tools(self._server.listed_tools(), self._version)}
 
     async def _tools_call(self, request: _Request) -> dict[str, Any]:
         params = request.params
@@ -375,10 +400,11 @@ class McpSession:
         request.runner, request.call_id = generation.runner, call_id
         with generation.in_use():
             async with trio.open_nursery() as nursery:
-                send = functools.partial(self._send_progress, request)
+                send = functools.partial(self.notify_for, request, PROGRESS)
                 progress = Progress(token, send) if valid_id(token) else None
                 if progress is not None:
                     nursery.start_soon(progress.pump)
+                link = self._server.links.open(call_id, self, request, name, nursery)
                 try:
                     result = await generation.runner.call_tool(
                         name,
@@ -392,95 +418,8 @@ class McpSession:
                     # the response go: progress always precedes the result.
                     if progress is not None:
                         progress.close()
+                    link.close()
+        await self._server.pending_changed()  # a call may leave a pending action, or resolve one
         if result.is_error:
             logger.info("tools/call %s (request %r): %s", name, request.id, result.kind)
         return render_result(result, self._version)
-
-
-class McpServer(McpSession):
-    """The stdio server: one session, on a pair of trio streams, with a :class:`ToolServer` of its own.
-
-    Takes the options of :class:`ToolServer`, and ``max_message_bytes``: the
-    longest line accepted; longer ones get -32600.
-    """
-
-    def __init__(
-        self, tool_paths: Sequence[str] = (), *, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, **options: Any
-    ) -> None:
-        if max_message_bytes < 1024:
-            raise ConfigError(f"max_message_bytes must be at least 1024, got {max_message_bytes}")
-        self._transport = LineTransport(
-            max_message_bytes=max_message_bytes, on_message=self._on_message, on_broken=self._on_broken
-        )
-        super().__init__(ToolServer(tool_paths, **options), _LineOutbox(self._transport))
-
-    @property
-    def stopped_by(self) -> signal.Signals | None:
-        """The signal that stopped :meth:`serve`, if one did."""
-        return self._server.stopped_by
-
-    async def serve(
-        self, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream, *, handle_signals: bool = False
-    ) -> None:
-        """Serve until ``receive`` ends (or a signal, or a broken ``send``); then stop every call.
-
-        With ``handle_signals``, SIGTERM and SIGINT stop the server the same
-        way (and set :attr:`stopped_by`). Returns only once every worker of
-        every runner is gone.
-        """
-        async with trio.open_nursery() as io:
-            writer_scope = trio.CancelScope()
-            io.start_soon(self._write, send, writer_scope)
-
-            async def read(requests: trio.Nursery) -> None:
-                await self._transport.read(receive, requests)
-
-            await self._server.run(read, ended="stdin closed", handle_signals=handle_signals)
-            self.close()
-            # What is queued still goes out, for a bounded time; then the writer stops.
-            self._transport.close()
-            writer_scope.deadline = trio.current_time() + FLUSH_TIMEOUT
-
-    async def _write(self, send: trio.abc.SendStream, scope: trio.CancelScope) -> None:
-        with scope:
-            await self._transport.run_writer(send)
-
-    def _on_broken(self, why: str) -> None:
-        self._server.stop(why)
-
-
-class _LineOutbox:
-    """Every message of the stdio session goes to the one output stream, in order."""
-
-    __slots__ = ("_transport",)
-
-    def __init__(self, transport: LineTransport) -> None:
-        self._transport = transport
-
-    async def send(self, data: bytes) -> None:
-        await self._transport.send(data)
-
-    def end(self) -> None:
-        pass  # the stream ends with the server, not with a request
-
-
-def _configure_logging() -> None:
-    if not logging.getLogger().handlers:
-        logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="xcsh-run serve: %(message)s")
-    logging.getLogger("xcsh_run").setLevel(logging.INFO)
-
-
-async def serve_stdio(tool_paths: Sequence[str] = (), **options: Any) -> int:
-    """Serve MCP on this process's stdin/stdout until stdin ends; returns the exit status.
-
-    ``options`` are :class:`McpServer`'s. Takes fds 0 and 1 over for the rest of the process (see
-    :func:`take_over_stdio`); logs go to stderr. Returns 0 after stdin EOF,
-    128 + the signal number after SIGTERM or SIGINT; either way only once no
-    worker is left.
-    """
-    server = McpServer(tool_paths, **options)
-    _configure_logging()
-    protocol_in, protocol_out = take_over_stdio()
-    async with trio.lowlevel.FdStream(protocol_in) as receive, trio.lowlevel.FdStream(protocol_out) as send:
-        await server.serve(receive, send, handle_signals=True)
-    return 0 if server.stopped_by is None else 128 + int(server.stopped_by)

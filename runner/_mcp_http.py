@@ -47,7 +47,7 @@ from urllib.parse import urlsplit
 import msgspec
 import trio
 
-from worker._messages import ErrorCode, Message, Notification, Request
+from worker._messages import ErrorCode, ErrorObject, ErrorResponse, Message, Notification, Request, Response
 
 from ._mcp import SUPPORTED_PROTOCOL_VERSIONS, McpSession
 from ._mcp_http_streams import EventStream, JsonReply, StreamBusy
@@ -78,6 +78,24 @@ class _Envelope(msgspec.Struct):
 
 _BODY: Final = msgspec.json.Decoder(_Envelope | list[msgspec.Raw] | str | int | float | bool | None)
 _NO_PARAMS: Final = msgspec.Raw(b"{}")
+
+
+_ERROR_OBJECT: Final = msgspec.json.Decoder(ErrorObject)
+
+
+def _response(envelope: _Envelope) -> Response | ErrorResponse | None:
+    """A client's answer to a request of the server's (a prompt, whose ids are integers); None otherwise."""
+    if not isinstance(envelope.id, int) or isinstance(envelope.id, bool):
+        return None
+    if isinstance(envelope.error, msgspec.Raw):
+        try:
+            error = _ERROR_OBJECT.decode(envelope.error)
+        except msgspec.DecodeError:
+            error = ErrorObject(code=ErrorCode.INTERNAL_ERROR, message="a malformed error object")
+        return ErrorResponse(id=envelope.id, error=error)
+    if isinstance(envelope.result, msgspec.Raw):
+        return Response(id=envelope.id, result=envelope.result)
+    return None
 
 
 class _Refused(Exception):
@@ -284,7 +302,7 @@ class HttpServer:
             self._end(session, "initialize failed")
 
     def _decode(self, body: bytes) -> Message | None:
-        """The message in a POST body; None for a response (the server sends no requests)."""
+        """The message in a POST body; None for a response to no request of the server's."""
         try:
             envelope = _BODY.decode(body)
         except (msgspec.DecodeError, RecursionError) as exc:
@@ -299,7 +317,7 @@ class HttpServer:
         if method is msgspec.UNSET:
             if envelope.result is msgspec.UNSET and envelope.error is msgspec.UNSET:
                 raise _Refused(400, 'invalid request: no "method"')
-            return None
+            return _response(envelope)
         if not isinstance(method, str):
             raise _Refused(400, 'invalid request: "method" must be a string')
         if envelope.id is msgspec.UNSET:
@@ -454,10 +472,10 @@ async def serve_http(
     **options: Any,
 ) -> int:
     """Serve MCP over Streamable HTTP until SIGTERM/SIGINT; returns the exit status (128 + the signal)."""
-    from ._mcp import _configure_logging
+    from ._mcp_server import configure_logging
 
     tools = ToolServer(tool_paths, **options)
-    _configure_logging()
+    configure_logging()
     host, port = parse_address(address)
     listeners = await trio.open_tcp_listeners(port, host=host)
     bound = listeners[0].socket.getsockname()

@@ -8,9 +8,11 @@ again here. Params and results are plain JSON objects (``dict[str, Any]``);
 ids from the client are strings or integers.
 
 The client plays ``Role.HOST`` (it sends ``initialize``), the server
-``Role.WORKER``. The lifecycle is lenient, as MCP servers are in practice:
-every request is served in every state (a client may list tools before it
-says ``notifications/initialized``), and the states only record the phase:
+``Role.WORKER``; the server's one request is ``elicitation/create`` (a tool's
+prompt, whose answer may be any JSON: ``_mcp_elicit`` reads what it can use).
+The lifecycle is lenient, as MCP servers are in practice: every request is
+served in every state (a client may list tools before it says
+``notifications/initialized``), and the states only record the phase:
 
 - ``AWAITING_INIT`` until ``initialize`` is answered with a result;
 - ``READY`` from then on;
@@ -42,6 +44,14 @@ _CLIENT, _SERVER = Role.HOST, Role.WORKER
 _OPEN: Final = frozenset({State.AWAITING_INIT, State.READY, State.LOADED})
 
 
+class RpcError(Exception):
+    """A JSON-RPC error answer to the request being handled."""
+
+    def __init__(self, code: int, message: str) -> None:
+        self.code = code
+        super().__init__(message)
+
+
 class CancelledParams(msgspec.Struct, frozen=True, rename="camel"):
     """``notifications/cancelled``: which request to stop, and perhaps why (other members are ignored)."""
 
@@ -54,16 +64,22 @@ INITIALIZE: Final = Method("initialize", Params, Params, sender=_CLIENT, allowed
 PING: Final = Method("ping", Params, Params, sender=_CLIENT, allowed=_OPEN)
 TOOLS_LIST: Final = Method("tools/list", Params, Params, sender=_CLIENT, allowed=_OPEN)
 TOOLS_CALL: Final = Method("tools/call", Params, Params, sender=_CLIENT, allowed=_OPEN)
+SET_LEVEL: Final = Method("logging/setLevel", Params, Params, sender=_CLIENT, allowed=_OPEN)
+# Sent by the server: a tool's prompt. Its result is any JSON, so that no answer
+# of the client's can break the connection; the server reads what it can use.
+ELICIT: Final = Method("elicitation/create", Params, _ANY, sender=_SERVER, allowed=_OPEN)
 
 INITIALIZED: Final = Notice("notifications/initialized", _ANY, sender=_CLIENT, allowed=_OPEN, on_receive=State.LOADED)
 CANCELLED: Final = Notice("notifications/cancelled", CancelledParams, sender=_CLIENT, allowed=_OPEN, lenient=True)
 PROGRESS: Final = Notice("notifications/progress", Params, sender=_SERVER, allowed=_OPEN)
+MESSAGE: Final = Notice("notifications/message", Params, sender=_SERVER, allowed=_OPEN)
 TOOLS_LIST_CHANGED: Final = Notice(
     "notifications/tools/list_changed", Params, sender=_SERVER, allowed=frozenset({State.LOADED})
 )
 
 MCP_PROTOCOL: Final = MethodTable(
-    [INITIALIZE, PING, TOOLS_LIST, TOOLS_CALL], [INITIALIZED, CANCELLED, PROGRESS, TOOLS_LIST_CHANGED]
+    [INITIALIZE, PING, TOOLS_LIST, TOOLS_CALL, SET_LEVEL, ELICIT],
+    [INITIALIZED, CANCELLED, PROGRESS, MESSAGE, TOOLS_LIST_CHANGED],
 )
 
 

@@ -72,7 +72,8 @@ class Runners:
     """Loads the tools, reloads them when the candidate files change, and hands out the runner to call.
 
     ``on_reloaded(before, after)`` is awaited after every reload with the
-    tools shown before and after it.
+    tools shown before and after it; ``prepare(runner)`` is called with each
+    new runner before it serves (and before it starts a worker for a call).
     """
 
     def __init__(
@@ -86,8 +87,10 @@ class Runners:
         poll_interval: float,
         on_reloaded: Callable[[list[ToolInfo], list[ToolInfo]], Awaitable[None]],
         options: Mapping[str, Any] | None = None,
+        prepare: Callable[[Runner], None] | None = None,
     ) -> None:
         self._paths = list(paths)
+        self._prepare = prepare
         self._cwd = cwd
         # `options`: more of open_runner's keywords (max_workers, queue_timeout).
         self._options: dict[str, Any] = {
@@ -115,6 +118,15 @@ class Runners:
             if self._ready.is_set():
                 return self._current
         return None
+
+    @property
+    def serving(self) -> Runner | None:
+        """The runner new calls go to (None before the first load, or when it failed)."""
+        return self._current.runner if self._current is not None else None
+
+    def live(self) -> list[Runner]:
+        """Every runner still open: the serving one, and retired ones with calls left."""
+        return [g.runner for g in self._generations]
 
     def stop(self) -> None:
         """No more (re)loads; callers waiting for one are let through to find the server stopping."""
@@ -176,6 +188,8 @@ class Runners:
 
     async def _run_generation(self, *, task_status: trio.TaskStatus[Generation] = trio.TASK_STATUS_IGNORED) -> None:
         async with open_runner(self._paths, **self._options) as runner:
+            if self._prepare is not None:
+                self._prepare(runner)
             generation = Generation(runner)
             self._generations.add(generation)
             try:

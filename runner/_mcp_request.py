@@ -1,4 +1,4 @@
-"""One MCP request in flight, and the error its handler raises to answer it with a JSON-RPC error."""
+"""One MCP request in flight, as its handler and a ``notifications/cancelled`` see it."""
 
 from __future__ import annotations
 
@@ -9,14 +9,6 @@ import trio
 from ._host import Runner
 from ._mcp_server import Outbox
 from ._mcp_transport import RequestId
-
-
-class RpcError(Exception):
-    """A JSON-RPC error answer to the request being handled."""
-
-    def __init__(self, code: int, message: str) -> None:
-        self.code = code
-        super().__init__(message)
 
 
 class McpRequest:
@@ -32,7 +24,7 @@ class McpRequest:
         self.id = request_id
         self.method = method
         self.params = params
-        self.reply = reply  # where its progress and its response go
+        self.reply = reply  # where its progress, its log records, its prompts and its response go
         self.cancelled = False
         self.scope = trio.CancelScope()  # entered by its task
         self.runner: Runner | None = None

@@ -22,6 +22,11 @@ Rules:
    gone.
 4. A session that ends on its own (an HTTP ``DELETE``) winds down the same
    way, alone: the server and the other sessions keep serving.
+5. What every session is shown changes in one place: a reload, or the
+   pending actions of the serving runner going from none to some or back,
+   which shows or hides ``resolve`` (checked after every call, since only a
+   call adds or resolves one); every initialized session is told
+   ``tools/list_changed`` when its listing changed.
 """
 
 from __future__ import annotations
@@ -29,14 +34,18 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, Protocol
 
+import msgspec
 import trio
 
 from ._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT, DEFAULT_QUEUE_TIMEOUT, check_seconds
-from ._host import ToolInfo
+from ._host import Runner, ToolInfo
+from ._mcp_call import CallLinks
 from ._mcp_reload import Runners
+from ._registry import BUILTIN_MODULE
 from ._sandbox import SandboxPolicy
 from ._signals import watching_signals
 
@@ -72,6 +81,11 @@ class Session(Protocol):
     async def tools_changed(self, before: list[ToolInfo], after: list[ToolInfo]) -> None: ...
 
     def wind_down(self, why: str, deadline: float) -> None: ...
+
+    @property
+    def can_elicit(self) -> bool | None:
+        """Whether its client takes prompts (``elicitation``); None until it is initialized."""
+        ...
 
 
 class ToolServer:
@@ -117,7 +131,11 @@ class ToolServer:
             poll_interval=poll_interval,
             on_reloaded=self._on_reloaded,
             options={"max_workers": max_workers, "queue_timeout": queue_timeout},
+            prepare=self._prepare,
         )
+        self.links = CallLinks()  # the MCP calls in flight, for their log records and prompts
+        self._has_ui = False
+        self._resolve_listed = False
         self.sessions: set[Session] = set()
         self.closing: str | None = None  # why the server is stopping, once it is
         self.stopped_by: signal.Signals | None = None
@@ -183,6 +201,55 @@ class ToolServer:
         self.stop(f"received {sig.name}")
         return True  # taken: the server winds its calls down itself
 
+    # --- what sessions are shown and asked ----------------------------------------
+
+    def listed_tools(self) -> list[ToolInfo]:
+        """The tools as ``tools/list`` shows them: ``resolve`` only while pending actions wait for it."""
+        return _with_resolve(self.runners.tools, self._resolve_listed)
+
+    async def pending_changed(self) -> None:
+        """After a call: show or hide ``resolve`` if the serving runner's pending actions came or went (rule 5)."""
+        runner = self.runners.serving
+        listed = runner is not None and bool(runner.pending_actions())
+        if listed != self._resolve_listed:
+            tools = self.runners.tools
+            self._resolve_listed = listed
+            await self._tell_sessions(_with_resolve(tools, not listed), _with_resolve(tools, listed))
+
+    def sync_ui(self) -> None:
+        """Tools may prompt (``has_ui``) while every initialized session's client takes prompts.
+
+        Called when a session is initialized or closed.
+        """
+        answers = [s.can_elicit for s in self.sessions if s.can_elicit is not None]
+        has_ui = bool(answers) and all(answers)
+        if has_ui != self._has_ui:
+            self._has_ui = has_ui
+            for runner in self.runners.live():
+                runner.set_ui_context(self.links.ui, has_ui)
+
+    def _prepare(self, runner: Runner) -> None:
+        self.links.attach(runner, self._has_ui)
+
     async def _on_reloaded(self, before: list[ToolInfo], after: list[ToolInfo]) -> None:
+        # A new runner has no pending action (those of the old one are lost with it).
+        was_listed, self._resolve_listed = self._resolve_listed, False
+        await self._tell_sessions(_with_resolve(before, was_listed), after)
+
+    async def _tell_sessions(self, before: list[ToolInfo], after: list[ToolInfo]) -> None:
         for session in list(self.sessions):
             await session.tools_changed(before, after)
+
+
+def _with_resolve(tools: list[ToolInfo], listed: bool) -> list[ToolInfo]:
+    """``tools`` with the built-in ``resolve`` shown (it is ``hidden`` otherwise), when ``listed``."""
+    if not listed:
+        return tools
+    return [msgspec.structs.replace(t, hidden=False) if t.module == BUILTIN_MODULE else t for t in tools]
+
+
+def configure_logging() -> None:
+    """The server's own log on stderr: what it does, not what tools print (that is the workers' business)."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="xcsh-run serve: %(message)s")
+    logging.getLogger("xcsh_run").setLevel(logging.INFO)

@@ -20,9 +20,10 @@ Rules:
    the id read from its first bytes when it leads the object, so the client
    fails that request instead of waiting forever.
 4. Malformed input gets a JSON-RPC error (-32700, -32600) and the transport
-   keeps reading; notifications are never answered, not even malformed ones;
-   responses are ignored (the server sends no requests), and so never reach
-   the connection, for which an answer to no request breaks the protocol.
+   keeps reading; notifications are never answered, not even malformed ones.
+   Responses (answers to the server's prompts) go to the owner as well,
+   which hands on only those a prompt waits for; a malformed one is dropped,
+   since answering an answer is never right.
 5. The read loop never blocks on a message: classification is synchronous,
    and error answers are sent from tasks of their own.
 """
@@ -40,7 +41,7 @@ import msgspec
 import trio
 
 from worker._frames import encode_line
-from worker._messages import ErrorCode, ErrorObject, ErrorResponse, Message, Notification, Request
+from worker._messages import ErrorCode, ErrorObject, ErrorResponse, Message, Notification, Request, Response
 
 from ._config import DEFAULT_MAX_MESSAGE_BYTES as DEFAULT_MAX_MESSAGE_BYTES
 
@@ -78,6 +79,7 @@ class _Envelope(msgspec.Struct):
 # A line is one JSON value; only an object can be a message. Params stay raw:
 # the connection decodes them once, into its method's type.
 _LINE: Final = msgspec.json.Decoder(_Envelope | list[msgspec.Raw] | str | int | float | bool | None)
+_ERROR: Final = msgspec.json.Decoder(ErrorObject)
 _NO_PARAMS: Final = msgspec.Raw(b"{}")
 _NULL: Final = msgspec.Raw(b"null")
 
@@ -226,7 +228,7 @@ class LineTransport:
             self._invalid(request_id, '"jsonrpc" must be "2.0"')
         elif method is msgspec.UNSET:
             if message.result is not msgspec.UNSET or message.error is not msgspec.UNSET:
-                logger.debug("ignored a response (id %r): the server sent no request", message.id)
+                self._response(message)
             else:
                 self._invalid(request_id, 'no "method"')
         elif not isinstance(method, str):
@@ -237,6 +239,18 @@ class LineTransport:
             self._invalid(None, f'"id" must be a string or an integer, got {message.id!r}')
         else:
             self._on_message(Request(id=request_id, method=method, params=_params(message.params)))
+
+    def _response(self, message: _Envelope) -> None:
+        if not isinstance(message.id, int) or isinstance(message.id, bool):  # the server's ids are integers
+            logger.debug("ignored a response with id %r: the server sent no such request", message.id)
+        elif isinstance(message.error, msgspec.Raw):
+            try:
+                error = _ERROR.decode(message.error)
+            except msgspec.DecodeError:
+                error = ErrorObject(code=ErrorCode.INTERNAL_ERROR, message="a malformed error object")
+            self._on_message(ErrorResponse(id=message.id, error=error))
+        elif isinstance(message.result, msgspec.Raw):
+            self._on_message(Response(id=message.id, result=message.result))
 
     def _invalid(self, request_id: RequestId | None, why: str) -> None:
         self.send_soon(error_line(request_id, ErrorCode.INVALID_REQUEST, f"invalid request: {why}"))

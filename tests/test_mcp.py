@@ -481,7 +481,7 @@ async def test_a_reload_that_fails_outright_keeps_the_old_runner_serving(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     from runner import _mcp_reload
-    from runner._mcp import McpServer
+    from runner._mcp_stdio import McpServer
 
     folder = tmp_path / "tools"
     folder.mkdir()
@@ -525,16 +525,18 @@ async def test_a_reload_that_fails_outright_keeps_the_old_runner_serving(
 
 
 def test_every_method_of_the_table_has_a_handler() -> None:
-    from runner._mcp import McpServer
     from runner._mcp_methods import MCP_PROTOCOL
+    from runner._mcp_stdio import McpServer
+    from worker._methods import Role
 
-    assert set(McpServer()._routes) == set(MCP_PROTOCOL.requests)
+    client_sent = {name for name, method in MCP_PROTOCOL.requests.items() if method.sender is Role.HOST}
+    assert set(McpServer()._routes) == client_sent
 
 
 def test_refusals_keep_the_servers_own_wording_whatever_the_connection_says() -> None:
     import msgspec
 
-    from runner._mcp import McpServer
+    from runner._mcp_stdio import McpServer
     from worker import _protocol as p
 
     server = McpServer()
