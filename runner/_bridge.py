@@ -65,6 +65,8 @@ UI_DEFAULTS: Final[dict[str, Any]] = {
     "editor": None,
     "get_editor_text": "",
     "set_editor_text": None,
+    "elicit": {"action": "cancel", "content": None},
+    "sample": None,
 }
 
 

@@ -69,7 +69,7 @@ from worker._messages import ErrorCode, ErrorObject, LocalProtocolError, Message
 from worker._methods import Notice, State
 
 from ._host import ToolInfo
-from ._mcp_elicit import Answer, Asker, can_elicit, is_answer
+from ._mcp_elicit import Answer, Asker, can_elicit, can_sample, is_answer
 from ._mcp_logging import DEFAULT_LEVEL, parse_level
 from ._mcp_methods import (
     CANCELLED,
@@ -133,6 +133,7 @@ class McpSession:
         self._idle = trio.Event()  # set when the last request in flight ends
         self.log_level = DEFAULT_LEVEL  # the least severe log record its client is sent (_mcp_logging)
         self.can_elicit: bool | None = None  # whether its client takes prompts; None until initialize
+        self.can_sample = False  # whether its client offers sampling (api.sample)
         self._asker = Asker(self._conn)  # the prompts sent to its client, waiting for their answers
         server.sessions.add(self)
 
@@ -160,9 +161,11 @@ class McpSession:
         """Send a notification that belongs to ``request`` (its progress, its tool's log records)."""
         await self._send_for(request, self._conn.send_notification(notice, params))
 
-    async def ask(self, request: _Request, params: dict[str, Any], timeout: float) -> Answer | None:
-        """Prompt the client for ``request``'s tool (``elicitation/create``); its answer, or None (_mcp_elicit)."""
-        return await self._asker.ask(params, functools.partial(self._send_for, request), timeout)
+    async def ask(
+        self, request: _Request, params: dict[str, Any], timeout: float, *, sample: bool = False
+    ) -> Answer | None:
+        """Ask the client for ``request``'s tool (a prompt, or a sample); its answer, or None (_mcp_elicit)."""
+        return await self._asker.ask(params, functools.partial(self._send_for, request), timeout, sample=sample)
 
     async def _reply_once(self, reply: Outbox, data: bytes) -> None:
         try:
@@ -346,6 +349,7 @@ class McpSession:
             )
         self._version = asked if asked in SUPPORTED_PROTOCOL_VERSIONS else LATEST_PROTOCOL_VERSION
         self.can_elicit = can_elicit(request.params.get("capabilities"))
+        self.can_sample = can_sample(request.params.get("capabilities"))
         self._server.sync_ui()
         client = request.params.get("clientInfo")
         logger.info(

@@ -24,7 +24,7 @@ from worker._methods import Notice
 
 from ._bridge import UI_DEFAULTS, ui_call
 from ._host import Runner
-from ._mcp_elicit import ELICIT_TIMEOUT, Answer, form_for
+from ._mcp_elicit import ELICIT_TIMEOUT, Answer, form_for, sample_answer
 from ._mcp_logging import LogPump
 from ._mcp_methods import MESSAGE
 
@@ -40,9 +40,14 @@ class CallOwner(Protocol):
     @property
     def can_elicit(self) -> bool | None: ...
 
+    @property
+    def can_sample(self) -> bool: ...
+
     async def notify_for(self, request: Any, notice: Notice[Any], params: dict[str, Any]) -> None: ...
 
-    async def ask(self, request: Any, params: dict[str, Any], timeout: float) -> Answer | None: ...
+    async def ask(
+        self, request: Any, params: dict[str, Any], timeout: float, *, sample: bool = False
+    ) -> Answer | None: ...
 
 
 class CallLink:
@@ -62,6 +67,10 @@ class CallLink:
         self.logs.close()
 
     async def prompt(self, method: str, args: list[Any]) -> Any:
+        if method == "sample":
+            if not self._owner.can_sample or not args or not isinstance(args[0], dict):
+                return None
+            return sample_answer(await self._owner.ask(self._request, args[0], ELICIT_TIMEOUT, sample=True))
         form = form_for(method, args)
         if form is None or not self._owner.can_elicit:
             return UI_DEFAULTS[method]
@@ -123,3 +132,9 @@ class _RoutingUI:
 
     async def input(self, title: str, placeholder: str | None = None) -> Any:
         return await self._prompt("input", [title, placeholder])
+
+    async def elicit(self, message: str, schema: dict[str, Any]) -> Any:
+        return await self._prompt("elicit", [message, schema])
+
+    async def sample(self, params: dict[str, Any]) -> Any:
+        return await self._prompt("sample", [params])

@@ -1,4 +1,7 @@
-"""MCP elicitation: a tool's ``api.ui.confirm/select/input`` as ``elicitation/create`` to the client of its call.
+"""MCP elicitation and sampling: a tool's prompts and ``api.sample`` as requests to the client of its call.
+
+``api.ui.confirm/select/input/elicit`` become ``elicitation/create``;
+``api.sample`` becomes ``sampling/createMessage`` (rule 5).
 
 Rules:
 
@@ -18,6 +21,12 @@ Rules:
    cancelled or times out cancels its prompt (the bridge cancels its UI
    scopes). The server then stops waiting, tells the client with
    ``notifications/cancelled``, and drops a late answer.
+5. ``api.ui.elicit(message, schema)`` sends the tool's own form as is; the
+   answer is ``{"action", "content"}`` when the client gave one of the three
+   actions (``content`` only with ``accept``), else ``cancel``. ``api.sample``
+   reaches only a client that declared ``sampling``, needs no ``has_ui``, and
+   gets the client's result object, or None (no capability, an error, a
+   malformed answer, the timeout).
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ from worker._frames import encode_line
 from worker._messages import ErrorResponse, Message, Notification, Response
 
 from ._bridge import UI_DEFAULTS
-from ._mcp_methods import CANCELLED, ELICIT
+from ._mcp_methods import CANCELLED, ELICIT, SAMPLE
 
 logger = logging.getLogger("xcsh_run.mcp")
 
@@ -78,6 +87,8 @@ class Form:
     def answer(self, answer: Answer | None) -> Any:
         """The value for the tool (rule 3)."""
         default = UI_DEFAULTS[self.method]
+        if self.method == "elicit":
+            return _whole_answer(answer, default)
         if not isinstance(answer, ResultReceived) or not isinstance(answer.result, dict):
             return default
         result: dict[str, Any] = answer.result
@@ -92,9 +103,38 @@ class Form:
         return value
 
 
+def _whole_answer(answer: Answer | None, default: Any) -> Any:
+    """An ``elicit`` form's answer as the tool sees it (rule 5)."""
+    if not isinstance(answer, ResultReceived) or not isinstance(answer.result, dict):
+        return default
+    action, content = answer.result.get("action"), answer.result.get("content")
+    if action not in ("accept", "decline", "cancel"):
+        return default
+    return {"action": action, "content": content if action == "accept" and isinstance(content, dict) else None}
+
+
+def sample_answer(answer: Answer | None) -> dict[str, Any] | None:
+    """What ``api.sample`` returns: the client's result object, or None (rule 5)."""
+    if isinstance(answer, ResultReceived) and isinstance(answer.result, dict) and "content" in answer.result:
+        return answer.result
+    return None
+
+
+def can_sample(capabilities: object) -> bool:
+    """Whether ``initialize``'s client capabilities offer ``sampling``."""
+    return isinstance(capabilities, dict) and isinstance(capabilities.get("sampling"), dict)
+
+
 def form_for(method: str, args: Sequence[Any]) -> Form | None:
     """The form of a UI prompt; None for one that is not a form (``editor``) or has nothing to offer."""
     title = str(args[0]) if args else ""
+    if method == "elicit":
+        own = args[1] if len(args) > 1 else None
+        if not isinstance(own, dict) or own.get("type") != "object":
+            return None
+        form = Form(method, title, "", {})
+        form.params = {"message": title, "requestedSchema": own}  # the tool's own form, as it is
+        return form
     if method == "confirm":
         message = str(args[1]) if len(args) > 1 and args[1] else title
         return Form(method, message, "confirm", {"type": "boolean", "title": title or "Confirm", "default": False})
@@ -132,10 +172,10 @@ class Asker:
         self._waiting: dict[int, _Waiter] = {}
 
     async def ask(
-        self, params: dict[str, Any], send: Callable[[bytes], Awaitable[None]], timeout: float
+        self, params: dict[str, Any], send: Callable[[bytes], Awaitable[None]], timeout: float, *, sample: bool = False
     ) -> Answer | None:
-        """Send ``elicitation/create`` through ``send`` and wait for its answer; None if none came in time (rule 4)."""
-        request_id, data = self._conn.send_request(ELICIT, params)
+        """Send ``elicitation/create`` (``sampling/createMessage``) through ``send``; its answer, or None in time."""
+        request_id, data = self._conn.send_request(SAMPLE if sample else ELICIT, params)
         waiter = self._waiting[request_id] = _Waiter()
         sent = False
         try:

@@ -68,6 +68,8 @@ SET_LEVEL: Final = Method("logging/setLevel", Params, Params, sender=_CLIENT, al
 # Sent by the server: a tool's prompt. Its result is any JSON, so that no answer
 # of the client's can break the connection; the server reads what it can use.
 ELICIT: Final = Method("elicitation/create", Params, _ANY, sender=_SERVER, allowed=_OPEN)
+# Sent by the server: a tool's ``api.sample``, a completion from the client's model.
+SAMPLE: Final = Method("sampling/createMessage", Params, _ANY, sender=_SERVER, allowed=_OPEN)
 
 INITIALIZED: Final = Notice("notifications/initialized", _ANY, sender=_CLIENT, allowed=_OPEN, on_receive=State.LOADED)
 CANCELLED: Final = Notice("notifications/cancelled", CancelledParams, sender=_CLIENT, allowed=_OPEN, lenient=True)
@@ -78,7 +80,7 @@ TOOLS_LIST_CHANGED: Final = Notice(
 )
 
 MCP_PROTOCOL: Final = MethodTable(
-    [INITIALIZE, PING, TOOLS_LIST, TOOLS_CALL, SET_LEVEL, ELICIT],
+    [INITIALIZE, PING, TOOLS_LIST, TOOLS_CALL, SET_LEVEL, ELICIT, SAMPLE],
     [INITIALIZED, CANCELLED, PROGRESS, MESSAGE, TOOLS_LIST_CHANGED],
 )
 

@@ -168,6 +168,9 @@ class NoOpUI:
     def set_editor_text(self, text: str) -> None:
         return None
 
+    def elicit(self, message: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+        return {"action": "cancel", "content": None}
+
 
 _NO_UI: Final = NoOpUI()
 
@@ -212,6 +215,14 @@ class HostUI:
     def get_editor_text(self) -> Any:
         return self._ask("get_editor_text")
 
+    def elicit(self, message: str, schema: Mapping[str, Any]) -> Any:
+        """Ask the user to fill in a form: ``schema`` is a flat JSON Schema object (MCP elicitation).
+
+        Returns ``{"action": "accept" | "decline" | "cancel", "content": {...} | None}``;
+        ``content`` (the form's values) only with ``accept``. Without a UI: ``cancel``.
+        """
+        return self._ask("elicit", message, dict(schema))
+
     def notify(self, message: str, type: str = "info") -> _Done:
         return self._tell("notify", message, type)
 
@@ -224,6 +235,13 @@ class HostUI:
 
 async def _ready(value: Any) -> Any:
     return value
+
+
+def _sampling_message(message: Mapping[str, Any]) -> dict[str, Any]:
+    content = message.get("content")
+    if isinstance(content, str):
+        content = {"type": "text", "text": content}
+    return {**message, "role": message.get("role", "user"), "content": content}
 
 
 class _HostLogHandler(logging.Handler):
@@ -299,6 +317,41 @@ class ToolAPI:
         self.logger.propagate = False  # to the host only, never to the tool's stderr
         self._log_handler = _HostLogHandler(self)
         self.logger.addHandler(self._log_handler)
+
+    def sample(
+        self,
+        messages: str | Sequence[Mapping[str, Any]],
+        *,
+        max_tokens: int = 1000,
+        system_prompt: str | None = None,
+        temperature: float | None = None,
+        stop_sequences: Sequence[str] | None = None,
+        model_preferences: Mapping[str, Any] | None = None,
+        include_context: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """A completion from the host's model (MCP ``sampling/createMessage``), or None if it has none.
+
+        ``messages``: a string (one user message), or MCP sampling messages
+        (``{"role", "content"}``, where a string content is a text block).
+        Returns the client's result, ``{"role", "content", "model", "stopReason"}``,
+        or None when the host cannot sample (no MCP client, or one without the
+        ``sampling`` capability) or the client declined. An awaitable inside a
+        running asyncio loop, like :meth:`exec`.
+        """
+        listed = [{"role": "user", "content": messages}] if isinstance(messages, str) else list(messages)
+        params: dict[str, Any] = {"messages": [_sampling_message(m) for m in listed], "maxTokens": max_tokens}
+        optional = {"systemPrompt": system_prompt, "temperature": temperature, "includeContext": include_context,
+                    "stopSequences": list(stop_sequences) if stop_sequences is not None else None,
+                    "modelPreferences": model_preferences, "metadata": metadata}  # fmt: skip
+        params.update({k: v for k, v in optional.items() if v is not None})
+        link = self._link
+        if link is None:
+            return _ready(None) if loop_running() else None
+        request = m.UiParams(call_id=link.call_id, method="sample", args=[params])
+        if loop_running():
+            return link.request_async(m.UI, request)
+        return link.request(m.UI, request)
 
     def exec(self, command: str, args: Sequence[str] = (), **kwargs: Any) -> Any:
         """Run a program without a shell.

@@ -242,7 +242,9 @@ class UiParams(msgspec.Struct, frozen=True):
 
 
 UI_METHODS: Final = ("select", "confirm", "input", "notify", "set_status", "editor", "get_editor_text",
-                     "set_editor_text")  # fmt: skip
+                     "set_editor_text", "elicit", "sample")  # fmt: skip
+# ``elicit``: a form (a JSON Schema) for the user; ``sample``: a completion from the
+# host's model (MCP ``sampling/createMessage``), which is not a UI and needs no ``has_ui``.
 
 
 class LogParams(msgspec.Struct, frozen=True):

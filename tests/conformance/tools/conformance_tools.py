@@ -209,6 +209,8 @@ def factory(api):
             return _text("Sampling not supported: the host API has no sampling request")
         messages = [{"role": "user", "content": {"type": "text", "text": params["prompt"]}}]
         answer = sample(messages, max_tokens=100)
+        if answer is None:
+            return _text("Sampling not available: the client offers no sampling")
         content = answer.get("content") or {}
         return _text(f"LLM response: {content.get('text', 'No response')}")
 
