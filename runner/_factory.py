@@ -111,9 +111,9 @@ class ProcessFactory:
             if policy.level != "none":
                 fault_point("workdir")
                 workdir = make_workdir()
-            env = build_env(policy, self._env, workdir) if workdir is not None else self._env
+            env = build_env(policy, self._env, workdir)
             config = worker_config(policy, self._probe, module=module, cwd=self._cwd, workdir=workdir, env=env)
-            if env is not self._env:
+            if policy.level != "none":
                 config = msgspec.structs.replace(config, dropped_env=dropped_env(self._env, env))
             boundary = self._new_boundary(policy)
         except BaseException as exc:

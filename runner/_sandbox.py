@@ -37,6 +37,10 @@ MiB: Final = 2**20
 _BASE_ENV: Final = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "USER", "LOGNAME", "LC_*", "XCSH_RUN_*")
 _SECRET_PATTERNS: Final = ("*KEY*", "*SECRET*", "*TOKEN*", "*PASSWORD*", "*PASSWD*", "*CREDENTIAL*", "AWS_*",
                            "*_PROXY", "*_proxy")  # fmt: skip
+# The host's own secrets, never passed, whatever the policy says: with the MCP
+# server's bearer token a tool could call the server's other tools (which may
+# run under a looser policy) through its HTTP endpoint.
+_HOST_ONLY_ENV: Final = frozenset({"XCSH_RUN_MCP_TOKEN"})
 _DROP_UID: Final = 65534  # nobody
 _PROBE_FORMAT: Final = 2  # part of the probe cache's key: a new way of measuring is measured again
 
@@ -257,14 +261,20 @@ def _matches(name: str, patterns: Sequence[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, pat) for pat in patterns)
 
 
-def build_env(policy: SandboxPolicy, host_env: Mapping[str, str], workdir: Path) -> dict[str, str]:
-    """The worker's environment: an allow-list, secrets scrubbed, HOME and TMPDIR private."""
+def build_env(policy: SandboxPolicy, host_env: Mapping[str, str], workdir: Path | None) -> dict[str, str]:
+    """The worker's environment: an allow-list, secrets scrubbed, HOME and TMPDIR private (in ``workdir``).
+
+    Level ``none`` (no workdir) keeps the host's environment, but for the host's own secrets.
+    """
     if policy.level == "none":
-        return dict(host_env)
+        return {name: value for name, value in host_env.items() if name not in _HOST_ONLY_ENV}
+    assert workdir is not None  # every sandboxed worker has its private workdir
     exact = set(policy.env_allow)
     prefixes = tuple(policy.env_allow_prefixes)
     env: dict[str, str] = {}
     for name, value in host_env.items():
+        if name in _HOST_ONLY_ENV:
+            continue
         if prefixes and name.startswith(prefixes):
             env[name] = value
             continue

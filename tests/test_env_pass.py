@@ -164,3 +164,14 @@ async def test_an_mcp_clients_env_reaches_tools_it_names_with_pass_env(
             dropped = await s.call_tool("needs", {"name": "MY_SETTING"})
     assert not passed.is_error and text_of(passed) == "from-the-client"
     assert dropped.is_error and "--pass-env MY_SETTING" in text_of(dropped)
+
+
+@pytest.mark.parametrize("level", ["none", "contained"])
+def test_the_mcp_servers_token_never_reaches_a_tool(tools: Path, level: str) -> None:
+    # With it, a tool could call the server's other tools (perhaps under a looser policy) over HTTP.
+    env = {"XCSH_RUN_MCP_TOKEN": "t0ken", "XCSH_RUN_OTHER": "passes"}
+    flags = ("--sandbox", level, "--pass-env", "XCSH_RUN_MCP_TOKEN")
+    token = json.loads(cli(tools, "peeks", "XCSH_RUN_MCP_TOKEN", *flags, env=env).stdout)
+    other = json.loads(cli(tools, "peeks", "XCSH_RUN_OTHER", *flags, env=env).stdout)
+    assert token["content"][0]["text"] == "(unset)"
+    assert other["content"][0]["text"] == "passes"
