@@ -71,7 +71,7 @@ from ._mcp_methods import (
     server_connection,
 )
 from ._mcp_reload import Runners
-from ._mcp_render import META_ERROR, Progress, render_result, render_tools
+from ._mcp_render import INSTRUCTIONS, Progress, render_result, render_tools
 from ._mcp_transport import DEFAULT_MAX_MESSAGE_BYTES as DEFAULT_MAX_MESSAGE_BYTES
 from ._mcp_transport import FLUSH_TIMEOUT, LineTransport, RequestId, error_line, take_over_stdio, valid_id
 from ._results import ErrorKind, error_result
@@ -376,8 +376,7 @@ class McpServer:
             "protocolVersion": self._version,
             "capabilities": {"tools": {"listChanged": True}},
             "serverInfo": {"name": "xcsh-run", "version": __version__},
-            "instructions": "Tools run in isolated worker processes; errors come back as isError results "
-            f"with their kind in _meta[{META_ERROR!r}].",
+            "instructions": INSTRUCTIONS,
         }
 
     async def _ping(self, request: _Request) -> dict[str, Any]:
@@ -431,7 +430,7 @@ class McpServer:
                         progress.close()
         if result.is_error:
             logger.info("tools/call %s (request %r): %s", name, request.id, result.kind)
-        return render_result(result, self._version)
+        return render_result(result, self._version, root=generation.runner.cwd)
 
 
 def _configure_logging() -> None:
