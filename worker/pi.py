@@ -139,23 +139,24 @@ class ToolAnnotations(
 
     Clients use them to decide, for instance, whether to ask before a call. They
     are hints, not guarantees: MCP's defaults for an unset hint are
-    ``read_only=False``, ``destructive=True``, ``idempotent=False``,
-    ``open_world=True``. A dict with MCP's keys (``{"readOnlyHint": True}``)
-    works too.
+    ``read_only_hint=False``, ``destructive_hint=True``,
+    ``idempotent_hint=False``, ``open_world_hint=True``. A dict with MCP's
+    keys (``{"readOnlyHint": True}``) works too.
 
     Args:
-        title: a display name for the tool (older clients read it from here; see also ``label``).
-        read_only: the tool does not modify its environment.
-        destructive: it may delete or overwrite (meaningful when not read-only).
-        idempotent: calling it again with the same arguments has no further effect.
-        open_world: it reaches outside entities (the web, other services), not only a closed domain.
+        title: a display name for the tool (clients of MCP 2025-03-26 read it
+            from here; newer ones read ``label``, served as the tool's ``title``).
+        read_only_hint: the tool does not modify its environment.
+        destructive_hint: it may delete or overwrite (meaningful when not read-only).
+        idempotent_hint: calling it again with the same arguments has no further effect.
+        open_world_hint: it reaches outside entities (the web, other services), not a closed domain.
     """
 
     title: str | None = None
-    read_only: bool | None = None
-    destructive: bool | None = None
-    idempotent: bool | None = None
-    open_world: bool | None = None
+    read_only_hint: bool | None = None
+    destructive_hint: bool | None = None
+    idempotent_hint: bool | None = None
+    open_world_hint: bool | None = None
 
 
 class Icon(msgspec.Struct, frozen=True, omit_defaults=True, rename={"mime_type": "mimeType"}):
