@@ -50,7 +50,7 @@ def test_valid_blocks_keep_mcp_keys_and_drop_the_rest() -> None:
     ("block", "says"),
     [
         ("just text", "the result's content[0] is not a content block: expected a dict like {'type': 'text'"),
-        ({"type": "txt", "text": "a"}, "has type 'txt', which is not a content block type; use one of 'text', "),
+        ({"type": "txt", "text": "a"}, "content[0] is not a content block: its type 'txt' is not one of 'text', "),
         ({"type": "text", "text": 3}, "the result's content[0].text must be a str, got 3"),
         ({"type": "image", "mimeType": "image/png"}, "is a 'image' block without 'data': expected {'type': 'image'"),
         ({"type": "image", "data": "not base64!", "mimeType": "image/png"}, "content[0].data is not valid base64"),

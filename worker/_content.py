@@ -87,7 +87,7 @@ def check_block(block: object, where: str) -> dict[str, Any]:
         known = ", ".join(repr(k) for k in BLOCK_TYPES)
         hint = difflib.get_close_matches(kind, BLOCK_TYPES, n=1) if isinstance(kind, str) else []
         raise ContentError(
-            f"{where} has type {short(kind)}, which is not a content block type; use one of {known}"
+            f"{where} is not a content block: its type {short(kind)} is not one of {known}"
             + (f" (did you mean {hint[0]!r}?)" if hint else "")
         )
     _extras(block, out, where)
