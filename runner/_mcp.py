@@ -13,12 +13,13 @@ What is mapped how:
   (the stateless 2026-07-28 era) is answered "method not found", which is what
   makes the SDK's ``mode="auto"`` clients fall back to ``initialize``.
 - ``tools/list``: every tool that is not ``hidden``: ``name``, ``title`` (the
-  label), ``description``, ``inputSchema`` (the JSON Schema).
+  label), ``description``, ``inputSchema``, and its declarations (``_mcp_render``).
 - ``tools/call``: one :meth:`Runner.call_tool`. Every failure, whatever its
   kind (not_found included, so a model can read "did you mean ..."), is an
   ``isError: true`` result; the kind and its evidence are in
   ``_meta["xcsh-run/error"]`` and (2025-06-18 and later) in
-  ``structuredContent.error``. ``details`` travel in ``_meta["xcsh-run/details"]``.
+  ``structuredContent.error``, without host paths (``_mcp_sanitize``). ``details``
+  are ``structuredContent`` when an object, and in ``_meta["xcsh-run/details"]``.
 - ``on_update`` partials become ``notifications/progress`` (a counter, and the
   partial's text as ``message``) when the request carried ``_meta.progressToken``.
 - ``notifications/cancelled`` goes through :meth:`Runner.cancel` (the ladder);

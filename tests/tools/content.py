@@ -3,6 +3,7 @@
 import base64
 import os
 import sys
+from typing import Any
 
 import msgspec
 
@@ -25,7 +26,7 @@ WAV = base64.b64encode(b"RIFF" + b"\0" * 2044).decode()
 BLOB = base64.b64encode(bytes(range(256))).decode()
 
 # What `blocks` returns, as MCP JSON: the test compares the client's view with it.
-BLOCKS = [
+BLOCKS: list[dict[str, Any]] = [
     {"type": "text", "text": "all the kinds", "annotations": {"audience": ["assistant"], "priority": 0.9}},
     {"type": "image", "data": PNG, "mimeType": "image/png", "annotations": {"audience": ["user"]}},
     {"type": "audio", "data": WAV, "mimeType": "audio/wav"},
