@@ -36,7 +36,7 @@ class Sanitizer:
     """Cleans the text of one error result; ``root`` is the served folder, ``module`` the tool's file."""
 
     def __init__(self, root: str | None, module: str | None) -> None:
-        self._root = _norm(root)
+        self._root = _norm(root) if root != "/" else None  # served from "/": every path would be "inside" it
         self._module_dir = _norm(os.path.dirname(module)) if module else None
         private = {os.path.expanduser("~"), sys.prefix, sys.base_prefix, sys.exec_prefix, _INSTALL}
         self._private = sorted((p for p in map(_norm, private) if p and p != "/"), key=len, reverse=True)
