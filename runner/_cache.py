@@ -28,7 +28,10 @@ from worker import _protocol as p
 
 from ._discovery import Candidate
 
-FORMAT: Final = 1
+# Part of every fingerprint: bumped when what an entry holds changes shape (2:
+# tools gained output_schema, annotations and icons), so that an entry written
+# by an older xcsh-run is never read as a complete one.
+FORMAT: Final = 2
 _MAX_PACKAGE_FILES: Final = 2000
 
 

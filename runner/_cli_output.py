@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from ._results import ToolResult
+from ._results import ToolResult, describe_block
 
 
 class Status:
@@ -47,14 +47,18 @@ def emit_ndjson(kind: str, payload: dict[str, Any]) -> None:
 
 
 def print_text(result: ToolResult) -> None:
-    """A result for people: its text on stdout; an error, and the worker's last stderr lines, on stderr."""
+    """A result for people: its text on stdout (other blocks as a one-line summary, an embedded text
+    resource with its text); an error, and the worker's last stderr lines, on stderr."""
     for block in result.content:
         if result.is_error:
             continue
         if block.get("type") == "text":
             typer.echo(block["text"])
-        elif block.get("type") == "image":
-            typer.echo(f"[image {block.get('mimeType')}, {len(block.get('data', ''))} base64 chars]")
+        else:
+            typer.echo(describe_block(block))
+            resource = block.get("resource")
+            if isinstance(resource, dict) and isinstance(resource.get("text"), str):
+                typer.echo(resource["text"])  # an embedded text resource is for reading, too
     if result.error is not None:
         err = result.error
         typer.echo(f"xcsh-run: {err.kind}: {err.message}", err=True)

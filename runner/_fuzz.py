@@ -88,9 +88,13 @@ def _shape_problem(result: ToolResult) -> str | None:
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "text" and isinstance(block.get("text"), str):
             continue
-        if kind == "image" and isinstance(block.get("data"), str) and isinstance(block.get("mimeType"), str):
+        if kind in ("image", "audio") and isinstance(block.get("data"), str) and isinstance(block.get("mimeType"), str):
             continue
-        return f"content[{i}] is not a text or image block: {json.dumps(block, default=repr)[:200]}"
+        if kind == "resource" and isinstance(block.get("resource"), dict):
+            continue
+        if kind == "resource_link" and isinstance(block.get("uri"), str) and isinstance(block.get("name"), str):
+            continue
+        return f"content[{i}] is not an MCP content block: {json.dumps(block, default=repr)[:200]}"
     if result.is_error != (result.error is not None):
         return f"is_error is {result.is_error} but error is {result.error!r}"
     try:

@@ -18,12 +18,13 @@ What is mapped how:
   makes the SDK's ``mode="auto"`` clients fall back to ``initialize``.
 - ``tools/list``: every tool that is not ``hidden`` (and ``resolve`` while
   pending actions wait for it: ``_mcp_server`` rule 5): ``name``, ``title``
-  (the label), ``description``, ``inputSchema`` (the JSON Schema).
+  (the label), ``description``, ``inputSchema``, and its declarations (``_mcp_render``).
 - ``tools/call``: one :meth:`Runner.call_tool`. Every failure, whatever its
   kind (not_found included, so a model can read "did you mean ..."), is an
   ``isError: true`` result; the kind and its evidence are in
   ``_meta["xcsh-run/error"]`` and (2025-06-18 and later) in
-  ``structuredContent.error``. ``details`` travel in ``_meta["xcsh-run/details"]``.
+  ``structuredContent.error``, without host paths (``_mcp_sanitize``). ``details``
+  are ``structuredContent`` when an object, and in ``_meta["xcsh-run/details"]``.
 - ``on_update`` partials become ``notifications/progress`` (a counter, and the
   partial's text as ``message``) when the request carried ``_meta.progressToken``.
 - A call's ``api.logger`` records become ``notifications/message``
@@ -85,7 +86,7 @@ from ._mcp_methods import (
     server_connection,
 )
 from ._mcp_methods import RpcError as _RpcError
-from ._mcp_render import META_ERROR, Progress, render_result, render_tools
+from ._mcp_render import INSTRUCTIONS, Progress, render_result, render_tools
 from ._mcp_request import McpRequest as _Request
 from ._mcp_server import DEFAULT_POLL_INTERVAL as DEFAULT_POLL_INTERVAL
 from ._mcp_server import Outbox, ToolServer
@@ -362,8 +363,7 @@ class McpSession:
             "protocolVersion": self._version,
             "capabilities": {"tools": {"listChanged": True}, "logging": {}},
             "serverInfo": {"name": "xcsh-run", "version": __version__},
-            "instructions": "Tools run in isolated worker processes; errors come back as isError results "
-            f"with their kind in _meta[{META_ERROR!r}].",
+            "instructions": INSTRUCTIONS,
         }
 
     async def _ping(self, request: _Request) -> dict[str, Any]:
@@ -426,4 +426,4 @@ class McpSession:
         await self._server.pending_changed()  # a call may leave a pending action, or resolve one
         if result.is_error:
             logger.info("tools/call %s (request %r): %s", name, request.id, result.kind)
-        return render_result(result, self._version)
+        return render_result(result, self._version, root=generation.runner.cwd)

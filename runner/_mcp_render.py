@@ -10,24 +10,32 @@ import msgspec
 import trio
 
 from ._host import ToolInfo
+from ._mcp_sanitize import Sanitizer
 from ._mcp_transport import RequestId
-from ._results import ToolResult
+from ._results import ErrorInfo, ToolResult, describe_block
 
 logger = logging.getLogger("xcsh_run.mcp")
 
-# Tool `title` and result `structuredContent` appeared in 2025-06-18; older
-# clients get neither. Revisions are date strings and sort as such.
-TITLE_SINCE: Final = "2025-06-18"
+# What each revision added; older clients get none of it. Revisions are date
+# strings and sort as such.
+ANNOTATIONS_SINCE: Final = "2025-03-26"  # tool annotations, audio blocks
+TITLE_SINCE: Final = "2025-06-18"  # tool title and outputSchema, structuredContent, resource_link blocks
+ICONS_SINCE: Final = "2025-11-25"  # tool icons
 
+# What `initialize` tells the model about these tools.
+INSTRUCTIONS: Final = (
+    "These tools are programs from the user's project, each run in its own isolated process. "
+    "A tool that fails returns a result marked as an error whose text says what went wrong, such as "
+    "invalid arguments, an unknown tool name, a timeout or a crash; read it, correct the call "
+    "(arguments, tool name) and try again, or tell the user when retrying cannot help. "
+    "Structured output, when a tool has it, comes with the result."
+)
 META_DETAILS: Final = "xcsh-run/details"
 META_ERROR: Final = "xcsh-run/error"
 
 # Progress messages are for a status line: bounded so that one update cannot
 # produce a huge notification.
 _MAX_PROGRESS_MESSAGE: Final = 16384
-# Bulky evidence stays out of structuredContent, which some clients show to
-# the model instead of the content blocks; it is all in _meta.
-_BULKY_EVIDENCE: Final = frozenset({"stderr_tail", "traceback"})
 
 
 def input_schema(parameters: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -60,23 +68,79 @@ def render_tools(tools: Sequence[ToolInfo], version: str) -> list[dict[str, Any]
             entry["title"] = tool.label
         entry["description"] = tool.description
         entry["inputSchema"] = schema
+        if version >= TITLE_SINCE and tool.output_schema is not None:
+            entry["outputSchema"] = tool.output_schema
+        if version >= ANNOTATIONS_SINCE:
+            annotations = dict(tool.annotations or {})
+            if version < TITLE_SINCE and tool.label != tool.name:
+                # A 2025-03-26 client has no tool title but the annotation's.
+                annotations.setdefault("title", tool.label)
+            if annotations:
+                entry["annotations"] = annotations
+        if version >= ICONS_SINCE and tool.icons:
+            entry["icons"] = tool.icons
         rendered.append(entry)
     return rendered
 
 
-def render_result(result: ToolResult, version: str) -> dict[str, Any]:
-    out: dict[str, Any] = {"content": result.content, "isError": result.is_error}
-    meta: dict[str, Any] = {}
+def render_result(result: ToolResult, version: str, *, root: str | None = None) -> dict[str, Any]:
+    """A ToolResult as an MCP ``CallToolResult`` for a client speaking ``version``.
+
+    ``root`` is the served folder: an error's paths inside it are shown
+    relative to it (see ``_mcp_sanitize``).
+    """
+    if result.error is not None:
+        return _render_error(result, result.error, version, root)
+    content = _content_for(result.content, version)
+    out: dict[str, Any] = {"content": content, "isError": False}
+    details = result.details
+    if version >= TITLE_SINCE and isinstance(details, dict):
+        out["structuredContent"] = details
+        if not any(block.get("type") == "text" for block in content):
+            # The spec's advice for clients that read only content blocks.
+            out["content"] = [*content, {"type": "text", "text": msgspec.json.encode(details).decode()}]
+    if details is not None:
+        out["_meta"] = {META_DETAILS: details}
+    return out
+
+
+def _render_error(result: ToolResult, error: ErrorInfo, version: str, root: str | None) -> dict[str, Any]:
+    clean = Sanitizer(root, error.module)
+    message = clean.message(error)
+    content = [
+        {**block, "text": message if block["text"] == error.message else clean.text(block["text"])}
+        if block.get("type") == "text"
+        else block
+        for block in _content_for(result.content, version)
+    ]
+    out: dict[str, Any] = {"content": content, "isError": True}
+    if version >= TITLE_SINCE:
+        out["structuredContent"] = {"error": clean.structured(error, message)}
+    meta: dict[str, Any] = {META_ERROR: msgspec.to_builtins(error)}
     if result.details is not None:
         meta[META_DETAILS] = result.details
-    if result.error is not None:
-        error: dict[str, Any] = msgspec.to_builtins(result.error)
-        meta[META_ERROR] = error
-        if version >= TITLE_SINCE:
-            out["structuredContent"] = {"error": {k: v for k, v in error.items() if k not in _BULKY_EVIDENCE}}
-    if meta:
-        out["_meta"] = meta
+    out["_meta"] = meta
+    if error.traceback or error.stderr_tail:
+        # Out of the model's view, so into the server's log for the people who run it.
+        evidence = "\n".join(
+            f"{label}:\n{text.rstrip()}"
+            for label, text in (("traceback", error.traceback), ("worker stderr (last lines)", error.stderr_tail))
+            if text
+        )
+        logger.info("%s (%s): %s\n%s", error.kind, error.module or "no module", error.message, evidence)
     return out
+
+
+def _content_for(content: list[dict[str, Any]], version: str) -> list[dict[str, Any]]:
+    """The blocks, with those ``version`` does not know as a one-line text summary."""
+    if version >= TITLE_SINCE:
+        return content
+    return [
+        {"type": "text", "text": describe_block(block)}
+        if block.get("type") == "resource_link" or (block.get("type") == "audio" and version < ANNOTATIONS_SINCE)
+        else block
+        for block in content
+    ]
 
 
 def partial_text(partial: Mapping[str, Any]) -> str:

@@ -4,6 +4,10 @@ Rule 3 of ``runner._calls`` lives here: the error kind comes from the JSON-RPC
 error code, never from the worker's free-form ``error.data``; a worker cannot
 claim that its call "timed out" or "crashed", those kinds are the host's own
 observations.
+
+A tool that declares an ``output_schema`` answers with details that conform
+to it, or its result is a ``tool_error`` that names the mismatch (MCP: a
+server MUST provide structured results that conform to the output schema).
 """
 
 from __future__ import annotations
@@ -17,9 +21,10 @@ from worker import _protocol as p
 
 from ._errors import RemoteProtocolError, WorkerDied, describe_exit
 from ._proc import RemoteError
-from ._registry import LoadFailed, ToolInfo, last_line
+from ._registry import LAST_STDERR, LoadFailed, ToolInfo, last_line
 from ._results import ErrorKind, ToolResult, error_result
 from ._sandbox import SandboxPolicy
+from ._validate import check_details
 from ._worker_api import InFlight, PoolWorker
 
 log: Final = logging.getLogger("xcsh_run")
@@ -105,7 +110,7 @@ def interpret(info: ToolInfo, worker: PoolWorker, pending: InFlight[p.CallResult
         return error_result(
             ErrorKind.CRASHED,
             f"the worker running {info.name!r} {describe_exit(exc.returncode)}"
-            + (f"; last stderr: {last_line(exc.stderr_tail)}" if exc.stderr_tail.strip() else ""),
+            + (f"{LAST_STDERR}{last_line(exc.stderr_tail)}" if exc.stderr_tail.strip() else ""),
             exit_code=exc.exit_code,
             signal=exc.signal_name,
             stderr_tail=exc.stderr_tail or None,
@@ -114,6 +119,14 @@ def interpret(info: ToolInfo, worker: PoolWorker, pending: InFlight[p.CallResult
     except RemoteProtocolError as exc:
         tail = worker.stderr_tail.text() or None
         return error_result(ErrorKind.PROTOCOL_ERROR, str(exc), stderr_tail=tail, module=info.module)
+    if info.output_schema is not None:
+        problem = check_details(info.output_schema, result.details)
+        if problem is not None:
+            message = (
+                f"{info.name!r} returned details that do not match its output_schema: {problem}; "
+                "the tool must return details that match the schema it declares"
+            )
+            return error_result(ErrorKind.TOOL_ERROR, message, path=problem.path, module=info.module)
     return ToolResult(content=result.content, details=result.details)
 
 

@@ -42,6 +42,9 @@ RESOLVE_SCHEMA: Final = {
     "additionalProperties": False,
 }
 BUILTIN_MODULE: Final = "<built-in>"
+# How a message about a dead worker ends with its last stderr line: people
+# read it there, and the MCP server cuts it off what a model reads.
+LAST_STDERR: Final = "; last stderr: "
 
 
 class ToolInfo(msgspec.Struct, frozen=True):
@@ -61,6 +64,12 @@ class ToolInfo(msgspec.Struct, frozen=True):
     has_on_session: bool = False
     has_render_call: bool = False
     has_render_result: bool = False
+    output_schema: dict[str, Any] | None = None
+    """The JSON Schema its ``details`` match (an object); checked on every result."""
+    annotations: dict[str, Any] | None = None
+    """MCP ToolAnnotations: ``title`` and the ``readOnlyHint``/``destructiveHint``/... hints."""
+    icons: list[dict[str, Any]] | None = None
+    """MCP icons: ``{"src", "mimeType"?, "sizes"?, "theme"?}``."""
 
 
 class LoadError(msgspec.Struct, frozen=True):
@@ -277,7 +286,7 @@ class ToolRegistry:
             return [], [LoadError(candidate.path, str(exc), candidate.source, exc.stderr_tail)]
         self._pool.release(slot)
         schema_errors: dict[str, str] = {}
-        if any(d.params_kind == "json_schema" for d in result.tools):
+        if any(d.params_kind == "json_schema" or d.output_schema is not None for d in result.tools):
             # Checking a schema imports jsonschema: do it once, here, where a
             # worker was started anyway, and remember the verdict in the cache.
             schema_errors = await trio.to_thread.run_sync(_check_schemas, result)
@@ -320,7 +329,7 @@ class ToolRegistry:
             raise LoadFailed(
                 f"{module}: the worker {describe_exit(exc.returncode)} "
                 + ("while loading the module" if loading else "while starting, before the module was imported")
-                + (f"; last stderr: {last_line(exc.stderr_tail)}" if exc.stderr_tail.strip() else ""),
+                + (f"{LAST_STDERR}{last_line(exc.stderr_tail)}" if exc.stderr_tail.strip() else ""),
                 exc.stderr_tail or None,
                 startup=not loading,
             ) from None
@@ -414,6 +423,9 @@ def _from_load(candidate: Candidate, entry: CachedLoad) -> _Outcome:
                 has_on_session=d.has_on_session,
                 has_render_call=d.has_render_call,
                 has_render_result=d.has_render_result,
+                output_schema=d.output_schema,
+                annotations=d.annotations,
+                icons=d.icons,
             )
         )
     return infos, errors
@@ -428,11 +440,13 @@ def _load_params(candidate: Candidate) -> p.LoadParams:
 def _check_schemas(result: p.LoadResult) -> dict[str, str]:
     problems: dict[str, str] = {}
     for d in result.tools:
-        if d.params_kind == "json_schema":
-            try:
+        try:
+            if d.params_kind == "json_schema":
                 ArgumentValidator(d.parameters)
-            except SchemaProblem as exc:
-                problems[d.name] = str(exc)
+            if d.output_schema is not None:
+                ArgumentValidator(d.output_schema, what="output_schema")
+        except SchemaProblem as exc:
+            problems[d.name] = str(exc)
     return problems
 
 

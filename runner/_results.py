@@ -55,9 +55,14 @@ class ErrorInfo(msgspec.Struct, frozen=True, omit_defaults=True):
 class ToolResult(msgspec.Struct, frozen=True):
     """The terminal result of one call.
 
-    ``content`` is a list of ``{"type": "text", "text"}`` and
-    ``{"type": "image", "data", "mimeType"}`` blocks; ``details`` is any JSON.
-    ``is_error`` is False only for a normal return; then ``error`` is None.
+    ``content`` is a list of MCP content blocks, exactly as the tool gave them
+    (the worker checks each): ``{"type": "text", "text"}``, ``{"type": "image" |
+    "audio", "data": <base64>, "mimeType"}``, ``{"type": "resource", "resource":
+    {"uri", "mimeType"?, "text" | "blob"}}`` and ``{"type": "resource_link",
+    "uri", "name", "title"?, "description"?, "mimeType"?, "size"?}``, each with
+    optional ``annotations`` and ``_meta``; :func:`describe_block` summarises
+    one in a line. ``details`` is any JSON. ``is_error`` is False only for a
+    normal return; then ``error`` is None.
     """
 
     content: list[dict[str, Any]]
@@ -94,3 +99,45 @@ def error_result(kind: ErrorKind, message: str, **evidence: Any) -> ToolResult:
         is_error=True,
         error=ErrorInfo(kind=kind.value, message=message, **{k: v for k, v in evidence.items() if v is not None}),
     )
+
+
+def describe_block(block: dict[str, Any]) -> str:
+    """A one-line summary of a non-text content block, for people and for clients that cannot show it.
+
+    ``[image image/png, 12.1 KiB]``, ``[resource file:///notes.txt, text/plain, 120 chars]``,
+    ``[resource link report.pdf: https://example.com/r.pdf, application/pdf, 2.0 MiB]``.
+    """
+    kind = block.get("type")
+    if kind in ("image", "audio"):
+        return f"[{kind} {block.get('mimeType')}, {_size(_decoded_size(block.get('data', '')))}]"
+    if kind == "resource":
+        resource = block.get("resource", {})
+        parts = [str(resource.get("uri"))]
+        if "text" in resource:
+            parts += [resource.get("mimeType", "text"), f"{len(resource['text'])} chars"]
+        else:
+            parts += [resource.get("mimeType", "binary"), _size(_decoded_size(resource.get("blob", "")))]
+        return f"[resource {', '.join(parts)}]"
+    if kind == "resource_link":
+        parts = [f"{block.get('name')}: {block.get('uri')}"]
+        if "mimeType" in block:
+            parts.append(block["mimeType"])
+        if "size" in block:
+            parts.append(_size(block["size"]))
+        described = block.get("description") or block.get("title")
+        return f"[resource link {', '.join(parts)}]" + (f" {described}" if described else "")
+    if kind == "text":
+        return str(block.get("text", ""))
+    return f"[{kind} block]"
+
+
+def _decoded_size(data: str) -> int:
+    return len(data) * 3 // 4 - data[-2:].count("=")
+
+
+def _size(n: int) -> str:
+    if n < 1024:
+        return f"{n} bytes"
+    if n < 1024 * 1024:
+        return f"{n / 1024:.1f} KiB"
+    return f"{n / (1024 * 1024):.1f} MiB"

@@ -1,16 +1,23 @@
-"""Host-side argument validation for tools whose parameters are a JSON Schema dict.
+"""Host-side validation: arguments against a tool's JSON Schema dict, details against its output schema.
 
 Tools with a ``msgspec.Struct`` are validated by msgspec inside the worker,
 before tool code runs. Tools with a JSON Schema dict are validated here with
 ``jsonschema`` (a maintained, spec-complete validator), so invalid arguments
 are rejected before a worker is even involved. ``jsonschema`` is imported on
 first use only: it costs more start-up time than the rest of the host.
+
+A tool's ``output_schema`` (whatever form it was declared in) is checked here
+too, on every successful result: MCP requires the structured result of a tool
+that declares one to conform, and the host is where ``jsonschema`` is.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
+
+import msgspec
 
 
 class SchemaProblem(Exception):
@@ -35,14 +42,14 @@ def json_path(parts: Any) -> str:
 class ArgumentValidator:
     """A compiled validator for one tool's JSON Schema."""
 
-    def __init__(self, schema: Mapping[str, Any]) -> None:
+    def __init__(self, schema: Mapping[str, Any], what: str = "parameters") -> None:
         import jsonschema
 
         cls = jsonschema.validators.validator_for(schema)
         try:
             cls.check_schema(schema)
         except jsonschema.SchemaError as exc:
-            raise SchemaProblem(f"parameters is not a valid JSON Schema: {exc.message}", json_path(exc.path)) from None
+            raise SchemaProblem(f"{what} is not a valid JSON Schema: {exc.message}", json_path(exc.path)) from None
         self._validator = cls(schema)
 
     def validate(self, arguments: Any) -> None:
@@ -53,3 +60,21 @@ class ArgumentValidator:
         if error is not None:
             path = json_path(error.absolute_path)
             raise SchemaProblem(f"{error.message} (at {path})", path)
+
+
+@functools.lru_cache(maxsize=256)
+def _output_validator(schema: bytes) -> ArgumentValidator:
+    # Keyed on the schema's JSON: compiling costs far more than validating,
+    # and a reloaded tool with an edited schema gets a validator of its own.
+    return ArgumentValidator(msgspec.json.decode(schema), what="output_schema")
+
+
+def check_details(schema: Mapping[str, Any], details: Any) -> SchemaProblem | None:
+    """Why ``details`` do not conform to the tool's output ``schema``, or None when they do."""
+    if details is None:
+        return SchemaProblem("the result has no details", "$")
+    try:
+        _output_validator(msgspec.json.encode(schema)).validate(details)
+    except SchemaProblem as exc:
+        return exc
+    return None

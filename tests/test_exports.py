@@ -18,9 +18,15 @@ def test_runner_exports() -> None:
 def test_authoring_exports() -> None:
     assert worker.pi.__all__ == [
         "AbortSignal",
+        "AudioContent",
         "CustomTool",
+        "EmbeddedResource",
+        "Icon",
         "ImageContent",
+        "ResourceContents",
+        "ResourceLink",
         "TextContent",
+        "ToolAnnotations",
         "ToolCancelled",
         "ToolResult",
     ]

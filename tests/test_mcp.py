@@ -240,7 +240,8 @@ async def test_call_tool_returns_content_and_details() -> None:
             assert not result.is_error
             assert text_of(result) == "5"
             assert result.meta == {"xcsh-run/details": {"sum": 5}}
-            assert result.structured_content is None
+            # Details that are a JSON object reach the model as structuredContent too.
+            assert result.structured_content == {"sum": 5}
             result = await s.call_tool("echo", {"text": "ab", "times": 3})
             assert text_of(result) == "ababab"
 
@@ -303,7 +304,10 @@ async def test_a_crash_is_an_error_result_and_the_session_survives(tool: str, ev
             error = error_of(result)
             assert error["kind"] == "crashed"
             assert evidence.items() <= error.items()
-            assert text_of(result) == error["message"]
+            # What the model reads is the message without the worker's last stderr line.
+            assert text_of(result) == error["message"].split("; last stderr: ")[0]
+            assert result.structured_content is not None
+            assert result.structured_content["error"]["message"] == text_of(result)
             assert text_of(await s.call_tool("add", {"a": 2})) == "2"
 
 

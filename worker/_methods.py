@@ -190,6 +190,11 @@ class ToolDescription(msgspec.Struct, frozen=True, omit_defaults=True):
     has_on_session: bool = False
     has_render_call: bool = False
     has_render_result: bool = False
+    # MCP's view of the tool, checked by the worker at load: the JSON Schema of
+    # its details, ToolAnnotations (camelCase keys) and icons.
+    output_schema: dict[str, Any] | None = None
+    annotations: dict[str, Any] | None = None
+    icons: list[dict[str, Any]] | None = None
 
 
 class EntryError(msgspec.Struct, frozen=True):

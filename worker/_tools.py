@@ -5,18 +5,20 @@ Everything here runs inside the worker, on its main thread.
 
 from __future__ import annotations
 
+import difflib
 import importlib.machinery
 import importlib.util
 import os
 import sys
 from collections.abc import Mapping
 from types import ModuleType
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
 from . import _protocol as p
-from .pi import CustomTool, ImageContent, TextContent, ToolResult
+from ._content import ContentError, check_block, check_icons, short
+from .pi import CustomTool, ToolAnnotations, ToolResult
 
 
 class LoadFailure(Exception):
@@ -129,6 +131,69 @@ def _coerce_tool(entry: object) -> CustomTool:
     raise ValueError(f"expected a CustomTool, got {type(entry).__name__}")
 
 
+def _object_schema(value: object, tool: str, field: str) -> dict[str, Any]:
+    """``parameters`` or ``output_schema`` as a JSON Schema dict whose root describes an object."""
+    if isinstance(value, type) and issubclass(value, msgspec.Struct):
+        return _json_schema_for_struct(value)
+    if not isinstance(value, Mapping):
+        raise ValueError(
+            f"tool {tool!r}: {field} must be a msgspec.Struct type or a JSON Schema dict, got {type(value).__name__}"
+        )
+    try:
+        schema: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(value))
+    except (TypeError, msgspec.MsgspecError) as exc:
+        raise ValueError(f"tool {tool!r}: {field} is not a JSON-serialisable schema: {exc}") from None
+    if field == "output_schema" and schema.get("type") != "object":
+        # MCP's outputSchema describes structuredContent, which is a JSON object.
+        raise ValueError(
+            f'tool {tool!r}: output_schema must have "type": "object" at its root (the details a tool '
+            f"returns are served as MCP structuredContent, a JSON object), got type {short(schema.get('type'))}"
+        )
+    if schema.get("type", "object") != "object":
+        raise ValueError(f"tool {tool!r}: the {field} schema must describe an object, got type {schema['type']!r}")
+    return schema
+
+
+_HINTS: Final = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
+
+
+def _annotations(value: object, tool: str) -> dict[str, Any]:
+    """MCP's ToolAnnotations, from a :class:`ToolAnnotations` or a dict with MCP's keys."""
+    if isinstance(value, ToolAnnotations):
+        value = msgspec.to_builtins(value)
+    if not isinstance(value, Mapping):
+        raise ValueError(
+            f"tool {tool!r}: annotations must be a worker.pi.ToolAnnotations or a dict like "
+            f"{{'readOnlyHint': True}}, got {type(value).__name__}"
+        )
+    out: dict[str, Any] = {}
+    for key, hint in value.items():
+        if key == "title":
+            if not isinstance(hint, str):
+                raise ValueError(f"tool {tool!r}: annotations title must be a str, got {short(hint)}")
+        elif key in _HINTS:
+            if not isinstance(hint, bool):
+                raise ValueError(f"tool {tool!r}: annotations {key} must be True or False, got {short(hint)}")
+        else:
+            camel = "".join(w.capitalize() if i else w for i, w in enumerate(str(key).split("_")))
+            near = difflib.get_close_matches(camel, [*_HINTS, "title"], n=1)
+            raise ValueError(
+                f"tool {tool!r}: annotations has an unknown key {short(key)}"
+                + (f"; did you mean {near[0]!r}?" if near else "")
+                + f" (the keys are title, {', '.join(_HINTS)})"
+            )
+        if hint is not None:
+            out[key] = hint
+    return out
+
+
+def _icons(value: object, tool: str) -> list[dict[str, Any]]:
+    try:
+        return check_icons(value, "icons")
+    except ContentError as exc:
+        raise ValueError(f"tool {tool!r}: {exc}") from None
+
+
 def describe_tool(entry: object) -> LoadedTool:
     """Check one factory entry and describe it; raises ValueError saying what is wrong."""
     tool = _coerce_tool(entry)
@@ -148,29 +213,13 @@ def describe_tool(entry: object) -> LoadedTool:
     struct_type: type[msgspec.Struct] | None = None
     if isinstance(params, type) and issubclass(params, msgspec.Struct):
         struct_type = params
-        schema = _json_schema_for_struct(params)
-        kind: Any = "struct"
-    elif isinstance(params, Mapping):
-        try:
-            schema = msgspec.json.decode(msgspec.json.encode(params))
-        except (TypeError, msgspec.MsgspecError) as exc:
-            raise ValueError(f"tool {tool.name!r}: parameters is not a JSON-serialisable schema: {exc}") from None
-        if schema.get("type", "object") != "object":
-            raise ValueError(
-                f"tool {tool.name!r}: the parameters schema must describe an object, got type {schema['type']!r}"
-            )
-        kind = "json_schema"
-    else:
-        raise ValueError(
-            f"tool {tool.name!r}: parameters must be a msgspec.Struct type or a JSON Schema dict, "
-            f"got {type(params).__name__}"
-        )
+    schema = _object_schema(params, tool.name, "parameters")
     description = p.ToolDescription(
         name=tool.name,
         label=tool.label,
         description=tool.description,
         parameters=schema,
-        params_kind=kind,
+        params_kind="struct" if struct_type is not None else "json_schema",
         hidden=bool(tool.hidden),
         deferrable=bool(tool.deferrable),
         concurrency=tool.concurrency,
@@ -178,29 +227,13 @@ def describe_tool(entry: object) -> LoadedTool:
         has_on_session=tool.on_session is not None,
         has_render_call=tool.render_call is not None,
         has_render_result=tool.render_result is not None,
+        output_schema=_object_schema(tool.output_schema, tool.name, "output_schema")
+        if tool.output_schema is not None
+        else None,
+        annotations=_annotations(tool.annotations, tool.name) if tool.annotations is not None else None,
+        icons=_icons(tool.icons, tool.name) if tool.icons is not None else None,
     )
     return LoadedTool(tool, description, struct_type)
-
-
-def _block(block: object, what: str, index: int) -> dict[str, Any]:
-    if isinstance(block, TextContent | ImageContent):
-        out: dict[str, Any] = msgspec.to_builtins(block)
-        return out
-    if type(block) is dict or isinstance(block, Mapping):
-        kind = block.get("type")
-        if kind == "text" and isinstance(block.get("text"), str):
-            return {"type": "text", "text": block["text"]}
-        if kind == "image" and isinstance(block.get("data"), str) and isinstance(block.get("mimeType"), str):
-            return {"type": "image", "data": block["data"], "mimeType": block["mimeType"]}
-    raise ResultError(
-        f"{what}'s content[{index}] is not a content block: expected {{'type': 'text', 'text': str}} or "
-        f"{{'type': 'image', 'data': base64 str, 'mimeType': str}}, got {_short(block)}"
-    )
-
-
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def normalize_result(value: object, what: str = "the result") -> p.CallResult:
@@ -222,4 +255,8 @@ def normalize_result(value: object, what: str = "the result") -> p.CallResult:
         raise ResultError(f"{what} must be a dict with 'content', a ToolResult or a str, got {type(value).__name__}")
     if type(content) is not list and not isinstance(content, list | tuple):
         raise ResultError(f"{what}'s 'content' must be a list of content blocks, got {type(content).__name__}")
-    return p.CallResult(content=[_block(b, what, i) for i, b in enumerate(content)] if content else [], details=details)
+    try:
+        blocks = [check_block(b, f"{what}'s content[{i}]") for i, b in enumerate(content)] if content else []
+    except ContentError as exc:
+        raise ResultError(str(exc)) from None
+    return p.CallResult(content=blocks, details=details)
