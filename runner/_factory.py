@@ -12,7 +12,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Final
 
-import msgspec
 import trio
 
 from . import _forkserver as forkserver
@@ -21,7 +20,7 @@ from ._errors import WorkerStartupError
 from ._faults import fault_point
 from ._forkserver import ForkServer
 from ._proc import NotificationHandler, RequestHandler, TeardownStats, WorkerProcess
-from ._sandbox import MiB, Probe, SandboxPolicy, build_env, dropped_env, worker_config
+from ._sandbox import DROPPED_ENV, MiB, Probe, SandboxPolicy, build_env, dropped_env, worker_config
 from ._workdir import make_workdir, remove_workdir
 
 log: Final = logging.getLogger("xcsh_run")
@@ -114,7 +113,11 @@ class ProcessFactory:
             env = build_env(policy, self._env, workdir)
             config = worker_config(policy, self._probe, module=module, cwd=self._cwd, workdir=workdir, env=env)
             if policy.level != "none":
-                config = msgspec.structs.replace(config, dropped_env=dropped_env(self._env, env))
+                # In the environment, not in `initialize`: a long list of names
+                # must not push that message over a small max_frame_bytes.
+                dropped = dropped_env(self._env, env)
+                if dropped:
+                    env[DROPPED_ENV] = ",".join(dropped)
             boundary = self._new_boundary(policy)
         except BaseException as exc:
             if workdir is not None:

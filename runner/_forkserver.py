@@ -64,6 +64,7 @@ import msgspec
 import trio
 
 from ._boundary import Boundary
+from ._sandbox import HOST_ONLY_ENV
 from ._teardown import KILL_WAIT_SECONDS
 
 log: Final = logging.getLogger("xcsh_run")
@@ -91,7 +92,13 @@ def supported() -> bool:
 
 def zygote_env(env: Mapping[str, str]) -> dict[str, str]:
     """What the zygote starts with: what shapes the interpreter's start (locale) and the marks tools see."""
-    return {k: v for k, v in env.items() if k in _ZYGOTE_ENV or k.startswith(("LC_", "XCSH_RUN_"))}
+    # Never the host's own secrets: a child forked from the zygote can read
+    # the zygote's first environment (/proc/self/environ, its own memory).
+    return {
+        k: v
+        for k, v in env.items()
+        if (k in _ZYGOTE_ENV or k.startswith(("LC_", "XCSH_RUN_"))) and k not in HOST_ONLY_ENV
+    }
 
 
 def pidfd_exit_code(pidfd: int) -> int | None:

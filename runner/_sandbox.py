@@ -40,7 +40,10 @@ _SECRET_PATTERNS: Final = ("*KEY*", "*SECRET*", "*TOKEN*", "*PASSWORD*", "*PASSW
 # The host's own secrets, never passed, whatever the policy says: with the MCP
 # server's bearer token a tool could call the server's other tools (which may
 # run under a looser policy) through its HTTP endpoint.
-_HOST_ONLY_ENV: Final = frozenset({"XCSH_RUN_MCP_TOKEN"})
+HOST_ONLY_ENV: Final = frozenset({"XCSH_RUN_MCP_TOKEN"})
+# Where a sandboxed worker finds the names (never the values) of the variables
+# it was not given; it takes them out of its environment before any tool runs.
+DROPPED_ENV: Final = "XCSH_RUN_DROPPED_ENV"
 _DROP_UID: Final = 65534  # nobody
 _PROBE_FORMAT: Final = 2  # part of the probe cache's key: a new way of measuring is measured again
 
@@ -267,13 +270,13 @@ def build_env(policy: SandboxPolicy, host_env: Mapping[str, str], workdir: Path 
     Level ``none`` (no workdir) keeps the host's environment, but for the host's own secrets.
     """
     if policy.level == "none":
-        return {name: value for name, value in host_env.items() if name not in _HOST_ONLY_ENV}
+        return {name: value for name, value in host_env.items() if name not in HOST_ONLY_ENV}
     assert workdir is not None  # every sandboxed worker has its private workdir
     exact = set(policy.env_allow)
     prefixes = tuple(policy.env_allow_prefixes)
     env: dict[str, str] = {}
     for name, value in host_env.items():
-        if name in _HOST_ONLY_ENV:
+        if name in HOST_ONLY_ENV:
             continue
         if prefixes and name.startswith(prefixes):
             env[name] = value

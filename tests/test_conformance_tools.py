@@ -72,7 +72,7 @@ async def test_the_tools_answer_as_the_suite_checks() -> None:
     assert not progress.is_error
     assert [u["details"] for u in updates] == [{"progress": p, "total": 100} for p in (0, 50, 100)]
     assert logged.text == "Tool with logging executed successfully"
-    # No UI attached: api.ui.input answers None, which the tool reports as a decline.
-    assert elicit.text == "User response: action=decline, content={}"
+    # No UI attached: api.ui.elicit answers cancel.
+    assert elicit.text == "User response: action=cancel, content={}"
     assert schema.text == 'JSON Schema 2020-12 tool called with: {"name": "n", "address": {"city": "c"}}'
     assert extra.kind == "invalid_arguments"

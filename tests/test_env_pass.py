@@ -35,11 +35,18 @@ def factory(api):
     def fails(tcid, params, on_update, ctx, signal):
         raise RuntimeError("broken for its own reasons")
 
+    def environ_holds(tcid, params, on_update, ctx, signal):
+        # What the process started with, and still holds in memory (a forked worker: the zygote's).
+        with open("/proc/self/environ", "rb") as f:
+            return str(params["value"].encode() in f.read())
+
     obj = {"type": "object"}
     return [
         CustomTool(name="needs", description="returns a variable, KeyError if unset", parameters=obj, execute=needs),
         CustomTool(name="peeks", description="returns a variable or (unset)", parameters=obj, execute=peeks),
         CustomTool(name="fails", description="always raises", parameters=obj, execute=fails),
+        CustomTool(name="environ_holds", description="is a value in /proc/self/environ", parameters=obj,
+                   execute=environ_holds),
     ]
 """
 
@@ -166,12 +173,18 @@ async def test_an_mcp_clients_env_reaches_tools_it_names_with_pass_env(
     assert dropped.is_error and "--pass-env MY_SETTING" in text_of(dropped)
 
 
+@pytest.mark.parametrize("forkserver", ["0", "1"])
 @pytest.mark.parametrize("level", ["none", "contained"])
-def test_the_mcp_servers_token_never_reaches_a_tool(tools: Path, level: str) -> None:
+def test_the_mcp_servers_token_never_reaches_a_tool(tools: Path, level: str, forkserver: str) -> None:
     # With it, a tool could call the server's other tools (perhaps under a looser policy) over HTTP.
-    env = {"XCSH_RUN_MCP_TOKEN": "t0ken", "XCSH_RUN_OTHER": "passes"}
+    env = {"XCSH_RUN_MCP_TOKEN": "t0ken-value", "XCSH_RUN_OTHER": "passes", "XCSH_RUN_FORKSERVER": forkserver}
     flags = ("--sandbox", level, "--pass-env", "XCSH_RUN_MCP_TOKEN")
     token = json.loads(cli(tools, "peeks", "XCSH_RUN_MCP_TOKEN", *flags, env=env).stdout)
     other = json.loads(cli(tools, "peeks", "XCSH_RUN_OTHER", *flags, env=env).stdout)
+    proc = subprocess.run(
+        [XCSH_RUN, "environ_holds", "--tools", str(tools), "--json", "--args", '{"value": "t0ken-value"}', *flags],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, env={**os.environ, **env},
+    )  # fmt: skip
     assert token["content"][0]["text"] == "(unset)"
     assert other["content"][0]["text"] == "passes"
+    assert json.loads(proc.stdout)["content"][0]["text"] == "False", proc.stdout + proc.stderr

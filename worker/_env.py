@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterable
-from typing import ClassVar
+from typing import ClassVar, Final
 
 _Environ = type(os.environ)
 
@@ -37,6 +37,15 @@ class _WatchedEnviron(_Environ):  # type: ignore[misc,valid-type]  # os._Environ
                     self._reads.add(key)
             raise
         return value
+
+
+DROPPED_ENV: Final = "XCSH_RUN_DROPPED_ENV"  # set by the host (runner._sandbox.DROPPED_ENV)
+
+
+def watch_dropped() -> None:
+    """Take the host's list of left-out names out of the environment, and watch lookups of them."""
+    names = os.environ.pop(DROPPED_ENV, "")
+    watch(name for name in names.split(",") if name)
 
 
 def watch(dropped: Iterable[str]) -> None:

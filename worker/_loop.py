@@ -431,7 +431,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
             unenforced = _sandbox.apply(init.sandbox)
         except _sandbox.SandboxError as exc:
             refuse(ErrorCode.SANDBOX_UNAVAILABLE, f"sandbox not applied: {exc}")
-    _env.watch(init.sandbox.dropped_env)
+    _env.watch_dropped()
     worker = Worker(channel, init, kill_fd)
     # Before answering: from the answer on, the host may stop us with SIGTERM,
     # and the default action would look like a crash.

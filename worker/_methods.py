@@ -146,9 +146,6 @@ class SandboxConfig(msgspec.Struct, frozen=True, omit_defaults=True):
     drop_uid: int | None = None
     drop_gid: int | None = None
     best_effort: bool = False
-    # Names of the host's environment variables this worker was not given
-    # (never their values): a tool that reads one is told how to pass it.
-    dropped_env: list[str] = []
 
 
 class InitializeParams(msgspec.Struct, frozen=True, omit_defaults=True):
