@@ -27,17 +27,23 @@ What is mapped how:
   runner beside the old one: new calls go to it once it is loaded, calls in
   flight finish on the old one, which then closes (``_mcp_reload``). A
   ``notifications/tools/list_changed`` follows when the listing changed.
-- Malformed lines get JSON-RPC errors (-32700, -32600, -32601, -32602) and the
-  server keeps serving. Requests run concurrently, each in its own task.
+- Malformed lines get JSON-RPC errors (-32700, -32600, -32601, -32602) with
+  the request's id whenever it can be told, else with no id (``_mcp_wire``);
+  an id in flight is never answered twice, so a request reusing one gets no
+  answer (``_mcp_methods``). A second ``initialize`` is refused (-32600).
+  Batches are served as one array under 2025-03-26 only, and refused
+  otherwise. Tool names that break MCP's rule are served under a sanitized
+  name (``_mcp_names``). Requests run concurrently, each in its own task.
 - stdin EOF (or SIGTERM/SIGINT) stops every call through the ladder, closes
   the runners and returns once no worker is left.
 
-Layout: ``_mcp_transport`` (lines, the writer task, malformed input),
-``_mcp_methods`` (the method table of the shared sans-io ``Connection``, which
-keeps the JSON-RPC books: ids in flight, duplicates, one answer per request,
-unknown methods, params that are not an object, the lifecycle),
-``_mcp_render`` (tools, results and progress on the wire), ``_mcp_reload``
-(runners and their generations); this module is the MCP application.
+Layout: ``_mcp_transport`` (lines, the writer task), ``_mcp_wire`` (what a
+line holds, id recovery, error lines), ``_mcp_methods`` (the method table of
+the shared sans-io ``Connection``, which keeps the JSON-RPC books: ids in
+flight, duplicates, one answer per request, unknown methods, params that are
+not an object, the lifecycle; batches), ``_mcp_render`` (tools, results and
+progress on the wire), ``_mcp_names`` (tool names), ``_mcp_reload`` (runners
+and their generations); this module is the MCP application.
 """
 
 from __future__ import annotations
@@ -67,13 +73,19 @@ from ._mcp_methods import (
     TOOLS_CALL,
     TOOLS_LIST,
     TOOLS_LIST_CHANGED,
+    BatchReply,
     CancelledParams,
+    answer_batch,
+    answer_malformed,
+    refusal_message,
     server_connection,
 )
+from ._mcp_names import rename_listed
 from ._mcp_reload import Runners
 from ._mcp_render import META_ERROR, Progress, render_result, render_tools
 from ._mcp_transport import DEFAULT_MAX_MESSAGE_BYTES as DEFAULT_MAX_MESSAGE_BYTES
 from ._mcp_transport import FLUSH_TIMEOUT, LineTransport, RequestId, error_line, take_over_stdio, valid_id
+from ._mcp_wire import Batch, Incoming, Malformed
 from ._results import ErrorKind, error_result
 from ._sandbox import SandboxPolicy
 from ._signals import watching_signals
@@ -109,12 +121,13 @@ class _Request:
     connection's business; this is the task's side: its scope and its call.
     """
 
-    __slots__ = ("id", "method", "params", "cancelled", "scope", "runner", "call_id")
+    __slots__ = ("id", "method", "params", "batch", "cancelled", "scope", "runner", "call_id")
 
-    def __init__(self, request_id: RequestId, method: str, params: dict[str, Any]) -> None:
+    def __init__(self, request_id: RequestId, method: str, params: dict[str, Any], batch: BatchReply | None) -> None:
         self.id = request_id
         self.method = method
         self.params = params
+        self.batch = batch  # the batch it came in, answered as one array
         self.cancelled = False
         self.scope: trio.CancelScope | None = None
         self.runner: Runner | None = None
@@ -174,6 +187,7 @@ class McpServer:
             TOOLS_CALL.name: self._tools_call,
         }
         self._version = LATEST_PROTOCOL_VERSION
+        self._initialized = False  # an initialize succeeded: a second one is refused
         self._tasks: dict[RequestId, _Request] = {}
         self._requests: trio.Nursery | None = None
         self._read_scope = trio.CancelScope()
@@ -261,8 +275,20 @@ class McpServer:
 
     # --- incoming messages ------------------------------------------------------
 
-    def _on_message(self, message: Message) -> None:
-        """A request or a notification from the transport. Runs in the read loop, so it never blocks."""
+    def _on_message(self, item: Incoming) -> None:
+        """What one line held, from the transport. Runs in the read loop, so it never blocks."""
+        if isinstance(item, Batch):
+            lines = answer_batch(self._conn, item, self._version, self._receive)
+        elif isinstance(item, Malformed):
+            lines = [answer_malformed(self._conn, item)]
+        else:
+            lines = [self._receive(item, None)]
+        for line in lines:
+            if line is not None:
+                self._transport.send_soon(line)
+
+    def _receive(self, message: Message, batch: BatchReply | None) -> bytes | None:
+        """Take one request or notification; returns the answer due at once (a refusal), if any."""
         try:
             self._conn.receive_message(message)
             event = self._conn.next_event()
@@ -272,16 +298,23 @@ class McpServer:
             # happen, stop cleanly.
             logger.error("the MCP connection failed: %s", exc)
             self._stop(f"protocol error: {exc}")
-            return
+            return None
         if isinstance(event, RequestReceived):
-            request = _Request(event.id, event.method.name, event.params)
+            request = _Request(event.id, event.method.name, event.params, batch)
             # Registered before its task starts, so a cancellation that follows
             # on the next line always finds it.
             self._tasks[event.id] = request
+            if batch is not None:
+                batch.expect()
             assert self._requests is not None
             self._requests.start_soon(self._handle, request)
         elif isinstance(event, RequestRefused):
-            self._transport.send_soon(error_line(event.id, event.error.code, self._refusal(event)))
+            if event.reason is RefusalReason.DUPLICATE_ID:
+                # Any answer would carry the id, and the client would take it
+                # for the answer to the request in flight (_mcp_methods).
+                logger.warning("%s: the new %s request is not answered", self._refusal(event), event.method_name)
+                return None
+            return error_line(event.id, event.error.code, self._refusal(event))
         elif isinstance(event, NotificationReceived):
             if event.method is CANCELLED:
                 self._cancel(event.params)
@@ -291,20 +324,9 @@ class McpServer:
             # Notifications are never answered, not even malformed ones (a
             # notifications/cancelled without a usable requestId lands here).
             logger.debug("ignored notification %s (%s)", event.method_name, event.reason)
+        return None
 
-    def _refusal(self, refused: RequestRefused) -> str:
-        """The connection's refusal, in this server's words."""
-        reason = refused.reason
-        if reason is RefusalReason.UNKNOWN_METHOD:
-            # server/discover lands here on purpose: "method not found" is how a
-            # 2026-07-28 client learns to fall back to the initialize handshake.
-            return f"method not found: {refused.method_name}"
-        if reason is RefusalReason.BAD_PARAMS:
-            # Every JSON object decodes as the table's params: what failed is not one.
-            return f'invalid params: "params" of {refused.method_name} must be an object'
-        if reason is RefusalReason.DUPLICATE_ID:
-            return f"invalid request: id {refused.id!r} is already in use by a request in flight"
-        return f"invalid request: {refused.error.message}"
+    _refusal = staticmethod(refusal_message)
 
     def _cancel(self, params: CancelledParams) -> None:
         request_id, reason = params.request_id, params.reason
@@ -340,12 +362,17 @@ class McpServer:
                     error = ErrorObject(code=ErrorCode.INTERNAL_ERROR, message=f"internal error: {exc!r}")
         finally:
             self._tasks.pop(request.id, None)
+        line: bytes | None = None
         if request.cancelled:
             # The spec: the receiver of a cancellation does not answer the request.
             self._conn.withhold(request.id)
             logger.info("request %r (%s) ended after its cancellation; no response sent", request.id, request.method)
-            return
-        await self._transport.send(self._answer(request.id, result, error))
+        else:
+            line = self._answer(request.id, result, error)
+        if request.batch is not None:
+            line = request.batch.done(line)
+        if line is not None:
+            await self._transport.send(line)
 
     def _answer(self, request_id: RequestId, result: dict[str, Any] | None, error: ErrorObject | None) -> bytes:
         if error is None:
@@ -359,11 +386,20 @@ class McpServer:
     async def _initialize(self, request: _Request) -> dict[str, Any]:
         from ._version import __version__
 
+        if self._initialized:
+            # No checkpoint from the check to the flag below: two initialize
+            # requests in flight at once cannot both get through.
+            raise _RpcError(
+                ErrorCode.INVALID_REQUEST,
+                f"invalid request: the session is already initialized (protocol {self._version}); "
+                "initialize is sent once, and a new session needs a new connection",
+            )
         asked = request.params.get("protocolVersion")
         if not isinstance(asked, str):
             raise _RpcError(
                 ErrorCode.INVALID_PARAMS, "invalid params: initialize needs params.protocolVersion, a string"
             )
+        self._initialized = True
         self._version = asked if asked in SUPPORTED_PROTOCOL_VERSIONS else LATEST_PROTOCOL_VERSION
         client = request.params.get("clientInfo")
         logger.info(
@@ -389,7 +425,7 @@ class McpServer:
                 ErrorCode.INVALID_PARAMS, "invalid params: unknown cursor (tools/list is never paginated here)"
             )
         await self._runners.first_load.wait()  # the first load runs in the background
-        return {"tools": render_tools(self._runners.tools, self._version)}
+        return {"tools": rename_listed(render_tools(self._runners.tools, self._version), self._runners.names)}
 
     async def _tools_call(self, request: _Request) -> dict[str, Any]:
         params = request.params
@@ -400,6 +436,8 @@ class McpServer:
         meta = params.get("_meta")
         token = meta.get("progressToken") if isinstance(meta, dict) else None
         generation = await self._runners.current()
+        # The names of the generation just handed out: a name served in tools/list maps back to its tool.
+        tool = self._runners.names.to_tool(name)
         # No checkpoint from here to call_tool's registration of the call id,
         # so a cancellation (or the wind-down) either finds the call in the
         # runner or finds `request.cancelled` / `_closing` already set.
@@ -418,7 +456,7 @@ class McpServer:
                     nursery.start_soon(progress.pump)
                 try:
                     result = await generation.runner.call_tool(
-                        name,
+                        tool,
                         arguments,
                         on_update=progress.update if progress is not None else None,
                         timeout=self._timeout,
