@@ -59,7 +59,7 @@ from typing import Any, Final
 import trio
 
 from worker._connection import NotificationDropped, NotificationReceived, RequestReceived, RequestRefused
-from worker._messages import ErrorCode, ErrorObject, LocalProtocolError, Message, RefusalReason, RemoteProtocolError
+from worker._messages import ErrorCode, ErrorObject, LocalProtocolError, Message, RemoteProtocolError
 
 from ._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT, check_seconds
 from ._errors import ConfigError
@@ -309,10 +309,11 @@ class McpServer:
             assert self._requests is not None
             self._requests.start_soon(self._handle, request)
         elif isinstance(event, RequestRefused):
-            if event.reason is RefusalReason.DUPLICATE_ID:
-                # Any answer would carry the id, and the client would take it
-                # for the answer to the request in flight (_mcp_methods).
-                logger.warning("%s: the new %s request is not answered", self._refusal(event), event.method_name)
+            if event.id in self._conn.unanswered:
+                # Whatever else is wrong with it, any answer would carry the id, and the
+                # client would take it for the answer to the request in flight (_mcp_methods).
+                why = "request id %r is already in use by a request in flight: the new %s request is not answered"
+                logger.warning(why, event.id, event.method_name)
                 return None
             return error_line(event.id, event.error.code, self._refusal(event))
         elif isinstance(event, NotificationReceived):
