@@ -51,7 +51,7 @@ What is mapped how:
 
 Layout: ``_mcp_server`` (what sessions share, and the lifecycle),
 ``_mcp_transport`` (stdio lines, the writer task), ``_mcp_wire`` (what a line
-holds, id recovery, error lines), ``_mcp_methods`` (the
+or an HTTP body holds, id recovery, error lines), ``_mcp_methods`` (the
 method table of the shared sans-io ``Connection``, which keeps the JSON-RPC
 books: ids in flight, duplicates, one answer per request, unknown methods,
 params that are not an object, the lifecycle; batches), ``_mcp_render``
@@ -92,6 +92,7 @@ from ._mcp_methods import (
     CancelledParams,
     answer_batch,
     answer_malformed,
+    batch_refusal,
     refusal_message,
     server_connection,
 )
@@ -187,6 +188,14 @@ class McpSession:
     @property
     def busy(self) -> bool:
         return bool(self._tasks)
+
+    def in_flight(self, request_id: RequestId) -> bool:
+        """Whether a request with this id waits for its answer (no other answer may carry the id)."""
+        return request_id in self._conn.unanswered
+
+    def batch_refusal(self) -> str | None:
+        """Why a batch is refused now (the negotiated revision has none); None when one is served."""
+        return batch_refusal(self._conn, self._version)
 
     async def drain_and_close(self) -> None:
         """Close once no request runs (after :meth:`wind_down`, that is bounded)."""
