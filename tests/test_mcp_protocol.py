@@ -16,12 +16,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import trio
 from mcp.shared.exceptions import MCPError
 
 from runner._mcp_names import ToolNames, rename_listed, valid_tool_name
-from runner._mcp_wire import Malformed, classify, recover_id
+from runner._mcp_wire import Batch, Malformed, classify, recover_id
+from worker._messages import ErrorObject, ErrorResponse, Notification, Response
 
 from .test_mcp import BASIC, DEADLINE, RawServer, raw_server, session, text_of
 
@@ -71,6 +73,47 @@ def test_an_oversized_lines_id_is_read_from_its_last_bytes_only_for_a_request() 
     assert recover_id(head, tail=b'xx\\",\\"id\\":5}') is None
     assert recover_id(b'{"jsonrpc":"2.0","result":{"x":"', tail=b'"},"id":22}') is None
     assert recover_id(b'{"params":{"x":"', tail=b'"},"id":22}') is None
+
+
+def test_the_clients_answers_to_prompts_are_handed_on_and_broken_ones_dropped() -> None:
+    assert classify(b'{"jsonrpc":"2.0","id":3,"result":{"action":"accept"}}') == Response(
+        id=3, result=msgspec.Raw(b'{"action":"accept"}')
+    )
+    error = classify(b'{"jsonrpc":"2.0","id":4,"error":{"code":-1,"message":"no"}}')
+    assert error == ErrorResponse(id=4, error=ErrorObject(code=-1, message="no"))
+    # An error object that does not decode still ends the prompt, as an internal error.
+    broken = classify(b'{"jsonrpc":"2.0","id":5,"error":"no"}')
+    assert isinstance(broken, ErrorResponse)
+    assert (broken.id, broken.error.code) == (5, -32603)
+    # What cannot answer a prompt (the server's ids are integers; not JSON-RPC 2.0) is dropped, never
+    # answered: an error would carry an id of the server's, which the client may be using for a call.
+    for line in (
+        b'{"jsonrpc":"2.0","id":"s","result":{}}',
+        b'{"jsonrpc":"2.0","id":true,"result":{}}',
+        b'{"jsonrpc":"1.0","id":6,"result":{}}',
+        b'{"id":6,"error":{"code":1,"message":"x"}}',
+    ):
+        assert classify(line) is None, line
+    # In a batch, answers are elements like any other.
+    batch = classify(b'[{"jsonrpc":"2.0","id":7,"result":{}},{"jsonrpc":"2.0","method":"n"}]')
+    assert isinstance(batch, Batch)
+    assert [type(item) for item in batch.items] == [Response, Notification]
+
+
+async def test_answers_to_no_prompt_are_never_answered_over_stdio() -> None:
+    with trio.fail_after(DEADLINE):
+        async with raw_server(BASIC) as server:
+            await server.initialize()
+            for line in (
+                b'{"jsonrpc":"2.0","id":1,"result":{}}',
+                b'{"jsonrpc":"1.0","id":1,"result":{}}',
+                b'{"jsonrpc":"2.0","id":1,"error":"broken"}',
+                b'{"jsonrpc":"2.0","id":"x","error":{"code":1,"message":"m"}}',
+            ):
+                await server.send_line(line)
+            # Nothing came back for them: the next line is the ping's answer.
+            await server.send(ping(99))
+            assert await server.receive() == {"jsonrpc": "2.0", "id": 99, "result": {}}
 
 
 async def test_malformed_lines_are_answered_with_the_recovered_id_or_none() -> None:
