@@ -36,8 +36,13 @@ What is mapped how:
   runner beside the old one: new calls go to it once it is loaded, calls in
   flight finish on the old one, which then closes (``_mcp_reload``). A
   ``notifications/tools/list_changed`` follows when the listing changed.
-- Malformed lines get JSON-RPC errors (-32700, -32600, -32601, -32602) and the
-  server keeps serving. Requests run concurrently, each in its own task.
+- Malformed lines get JSON-RPC errors (-32700, -32600, -32601, -32602) with
+  the request's id whenever it can be told, else with no id (``_mcp_wire``);
+  an id in flight is never answered twice, so a request reusing one gets no
+  answer (``_mcp_methods``). A second ``initialize`` is refused (-32600).
+  Batches are served as one array under 2025-03-26 only, and refused
+  otherwise. Tool names that break MCP's rule are served under a sanitized
+  name (``_mcp_names``). Requests run concurrently, each in its own task.
 - stdin EOF (or SIGTERM/SIGINT) stops every call through the ladder, closes
   the runners and returns once no worker is left.
 - A session sends in two places only: :meth:`McpSession.notify` (what the
@@ -46,12 +51,14 @@ What is mapped how:
   the request's reply outbox).
 
 Layout: ``_mcp_server`` (what sessions share, and the lifecycle),
-``_mcp_transport`` (lines, the writer task, malformed input),
-``_mcp_methods`` (the method table of the shared sans-io ``Connection``, which
-keeps the JSON-RPC books: ids in flight, duplicates, one answer per request,
-unknown methods, params that are not an object, the lifecycle),
-``_mcp_render`` (tools, results and progress on the wire), ``_mcp_reload``
-(runners and their generations); this module is the MCP application.
+``_mcp_transport`` (stdio lines, the writer task), ``_mcp_wire`` (what a line
+or an HTTP body holds, id recovery, error lines), ``_mcp_methods`` (the
+method table of the shared sans-io ``Connection``, which keeps the JSON-RPC
+books: ids in flight, duplicates, one answer per request, unknown methods,
+params that are not an object, the lifecycle; batches), ``_mcp_render``
+(tools, results and progress on the wire), ``_mcp_names`` (tool names),
+``_mcp_reload`` (runners and their generations); this module is the MCP
+application.
 """
 
 from __future__ import annotations
@@ -66,7 +73,7 @@ from typing import Any, Final
 import trio
 
 from worker._connection import NotificationDropped, NotificationReceived, RequestReceived, RequestRefused
-from worker._messages import ErrorCode, ErrorObject, LocalProtocolError, Message, RefusalReason, RemoteProtocolError
+from worker._messages import ErrorCode, ErrorObject, LocalProtocolError, Message, RemoteProtocolError
 from worker._methods import Notice, State
 
 from ._host import ToolInfo
@@ -82,16 +89,23 @@ from ._mcp_methods import (
     TOOLS_CALL,
     TOOLS_LIST,
     TOOLS_LIST_CHANGED,
+    BatchReply,
     CancelledParams,
+    answer_batch,
+    answer_malformed,
+    batch_refusal,
+    refusal_message,
     server_connection,
 )
 from ._mcp_methods import RpcError as _RpcError
+from ._mcp_names import rename_listed
 from ._mcp_render import INSTRUCTIONS, Progress, render_result, render_tools
 from ._mcp_request import McpRequest as _Request
 from ._mcp_server import DEFAULT_POLL_INTERVAL as DEFAULT_POLL_INTERVAL
 from ._mcp_server import Outbox, ToolServer
 from ._mcp_transport import DEFAULT_MAX_MESSAGE_BYTES as DEFAULT_MAX_MESSAGE_BYTES
 from ._mcp_transport import RequestId, error_line, valid_id
+from ._mcp_wire import Batch, Incoming, Malformed
 from ._results import ErrorKind, error_result
 
 logger = logging.getLogger("xcsh_run.mcp")
@@ -128,6 +142,7 @@ class McpSession:
             SET_LEVEL.name: self._set_level,
         }
         self._version = LATEST_PROTOCOL_VERSION
+        self._initialized = False  # an initialize succeeded: a second one is refused
         self._tasks: dict[RequestId, _Request] = {}
         self._closing: str | None = None  # why the session stops taking calls, once it does
         self._deadline = math.inf  # what requests may take once it winds down
@@ -168,21 +183,23 @@ class McpSession:
         """Ask the client for ``request``'s tool (a prompt, or a sample); its answer, or None (_mcp_elicit)."""
         return await self._asker.ask(params, functools.partial(self._send_for, request), timeout, sample=sample)
 
-    async def _reply_once(self, reply: Outbox, data: bytes) -> None:
-        try:
-            await reply.send(data)
-        finally:
-            reply.end()
-
     # --- lifecycle ---------------------------------------------------------------
 
-    def receive(self, message: Message, reply: Outbox | None = None) -> None:
-        """A message from the client; a request's progress and response go to ``reply``."""
+    def receive(self, message: Incoming, reply: Outbox | None = None) -> None:
+        """What the client sent (``_mcp_wire.classify``); a request's progress and response go to ``reply``."""
         self._on_message(message, reply)
 
     @property
     def busy(self) -> bool:
         return bool(self._tasks)
+
+    def in_flight(self, request_id: RequestId) -> bool:
+        """Whether a request with this id waits for its answer (no other answer may carry the id)."""
+        return request_id in self._conn.unanswered
+
+    def batch_refusal(self) -> str | None:
+        """Why a batch is refused now (the negotiated revision has none); None when one is served."""
+        return batch_refusal(self._conn, self._version)
 
     async def drain_and_close(self) -> None:
         """Close once no request runs (after :meth:`wind_down`, that is bounded)."""
@@ -224,38 +241,77 @@ class McpSession:
 
     # --- incoming messages ------------------------------------------------------
 
-    def _on_message(self, message: Message, reply: Outbox | None = None) -> None:
-        """A request or a notification from the transport. Runs in the read loop, so it never blocks.
+    def _on_message(self, item: Incoming, reply: Outbox | None = None) -> None:
+        """What one line or body held, from the transport. Runs in the read loop, so it never blocks.
 
         A request's progress and response go to ``reply`` (the session's
-        outbox when None).
+        outbox when None); so does the array answering a batch, once its last
+        request ends.
         """
+        out = reply or self._outbox
+        if isinstance(item, Batch):
+            lines, batch = answer_batch(
+                self._conn, item, self._version, lambda message, into: self._receive(message, out, into)[1]
+            )
+            # Ended here unless a request of the batch runs: the last to end sends the array, then ends it.
+            self._reply_now(out, lines, end=reply is not None and (batch is None or batch.finished))
+            return
+        if isinstance(item, Malformed):
+            started, line = False, answer_malformed(self._conn, item)
+        else:
+            started, line = self._receive(item, out, None)
+        if not started:
+            self._reply_now(out, [line], end=reply is not None)  # nothing else belongs to it
+
+    def _reply_now(self, out: Outbox, lines: list[bytes | None], *, end: bool) -> None:
+        lines_due = [line for line in lines if line is not None]
+        if lines_due:
+            self._server.start_request(functools.partial(self._reply_lines, out, lines_due, end))
+        elif end:
+            out.end()
+
+    async def _reply_lines(self, out: Outbox, lines: list[bytes], end: bool) -> None:
+        try:
+            for line in lines:
+                await out.send(line)
+        finally:
+            if end:
+                out.end()
+
+    def _receive(self, message: Message, out: Outbox, batch: BatchReply | None) -> tuple[bool, bytes | None]:
+        """Take one message: whether a request started (it answers itself), and the answer due at once, if any."""
         if is_answer(message):  # to a prompt of ours, or dropped (_mcp_elicit)
             self._asker.answered(message)
-            if reply is not None:
-                reply.end()
-            return
+            return False, None
         try:
             self._conn.receive_message(message)
             event = self._conn.next_event()
         except (LocalProtocolError, RemoteProtocolError) as exc:  # pragma: no cover - see _mcp_methods
             # Out of reach with this table (incoming notifications are lenient
-            # or take any params, and responses never get here); should it
+            # or take any params, and answers go to the asker); should it
             # happen, stop cleanly.
             logger.error("the MCP connection failed: %s", exc)
             self._server.stop(f"protocol error: {exc}")
-            return
+            return False, None
         if isinstance(event, RequestReceived):
-            request = _Request(event.id, event.method.name, event.params, reply or self._outbox)
+            request = _Request(event.id, event.method.name, event.params, out, batch)
             request.scope.deadline = self._deadline
             # Registered before its task starts, so a cancellation that follows
             # on the next line always finds it.
             self._tasks[event.id] = request
+            if batch is not None:
+                batch.expect()
             self._server.start_request(functools.partial(self._handle, request))
-        elif isinstance(event, RequestRefused):
-            data = error_line(event.id, event.error.code, self._refusal(event))
-            self._server.start_request(functools.partial(self._reply_once, reply or self._outbox, data))
-        elif isinstance(event, NotificationReceived):
+            return True, None
+        if isinstance(event, RequestRefused):
+            if event.id in self._conn.unanswered:
+                # Whatever else is wrong with it, any answer would carry the id, and the
+                # client would take it for the answer to the request in flight (_mcp_methods).
+                why = "request id %r is already in use by a request in flight: the new %s request is not answered"
+                logger.warning(why, event.id, event.method_name)
+                return False, None
+            return False, error_line(event.id, event.error.code, self._refusal(event))
+        if isinstance(event, NotificationReceived):
             if event.method is CANCELLED:
                 self._cancel(event.params)
             elif event.method is INITIALIZED:
@@ -264,22 +320,9 @@ class McpSession:
             # Notifications are never answered, not even malformed ones (a
             # notifications/cancelled without a usable requestId lands here).
             logger.debug("ignored notification %s (%s)", event.method_name, event.reason)
-        if reply is not None and not isinstance(event, (RequestReceived, RequestRefused)):
-            reply.end()  # nothing belongs to a notification
+        return False, None
 
-    def _refusal(self, refused: RequestRefused) -> str:
-        """The connection's refusal, in this server's words."""
-        reason = refused.reason
-        if reason is RefusalReason.UNKNOWN_METHOD:
-            # server/discover lands here on purpose: "method not found" is how a
-            # 2026-07-28 client learns to fall back to the initialize handshake.
-            return f"method not found: {refused.method_name}"
-        if reason is RefusalReason.BAD_PARAMS:
-            # Every JSON object decodes as the table's params: what failed is not one.
-            return f'invalid params: "params" of {refused.method_name} must be an object'
-        if reason is RefusalReason.DUPLICATE_ID:
-            return f"invalid request: id {refused.id!r} is already in use by a request in flight"
-        return f"invalid request: {refused.error.message}"
+    _refusal = staticmethod(refusal_message)
 
     def _cancel(self, params: CancelledParams) -> None:
         reason = params.reason
@@ -302,34 +345,47 @@ class McpSession:
     # --- requests ----------------------------------------------------------------
 
     async def _handle(self, request: _Request) -> None:
+        line: bytes | None = None
+        try:
+            line = await self._serve(request)
+        finally:
+            batch = request.batch
+            if batch is not None:
+                line = batch.done(line)  # the batch's array, once its last request ends
+            try:
+                if line is not None:
+                    await self._send_for(request, line)
+            finally:
+                if batch is None or batch.finished:
+                    request.reply.end()
+
+    async def _serve(self, request: _Request) -> bytes | None:
+        """Run ``request``'s method; its answer, or None when it ends unanswered."""
         result: dict[str, Any] | None = None
         error: ErrorObject | None = None
         try:
-            try:
-                # Entered here, created with the request: a cancellation or a
-                # wind-down deadline that came first applies on entry.
-                with request.scope:
-                    try:
-                        result = await self._routes[request.method](request)
-                    except _RpcError as exc:
-                        error = ErrorObject(code=exc.code, message=str(exc))
-                    except Exception as exc:
-                        logger.exception("request %r (%s) failed", request.id, request.method)
-                        error = ErrorObject(code=ErrorCode.INTERNAL_ERROR, message=f"internal error: {exc!r}")
-            finally:
-                self._tasks.pop(request.id, None)
-                if not self._tasks:
-                    self._idle.set()
-            if request.cancelled or request.scope.cancelled_caught:
-                # The spec: the receiver of a cancellation does not answer the
-                # request; one cut short by a wind-down has nobody waiting.
-                self._conn.withhold(request.id)
-                why = "after its cancellation" if request.cancelled else "cut short by the wind-down"
-                logger.info("request %r (%s) ended %s; no response sent", request.id, request.method, why)
-                return
-            await self._send_for(request, self._answer(request.id, result, error))
+            # Entered here, created with the request: a cancellation or a
+            # wind-down deadline that came first applies on entry.
+            with request.scope:
+                try:
+                    result = await self._routes[request.method](request)
+                except _RpcError as exc:
+                    error = ErrorObject(code=exc.code, message=str(exc))
+                except Exception as exc:
+                    logger.exception("request %r (%s) failed", request.id, request.method)
+                    error = ErrorObject(code=ErrorCode.INTERNAL_ERROR, message=f"internal error: {exc!r}")
         finally:
-            request.reply.end()
+            self._tasks.pop(request.id, None)
+            if not self._tasks:
+                self._idle.set()
+        if request.cancelled or request.scope.cancelled_caught:
+            # The spec: the receiver of a cancellation does not answer the
+            # request; one cut short by a wind-down has nobody waiting.
+            self._conn.withhold(request.id)
+            why = "after its cancellation" if request.cancelled else "cut short by the wind-down"
+            logger.info("request %r (%s) ended %s; no response sent", request.id, request.method, why)
+            return None
+        return self._answer(request.id, result, error)
 
     def _answer(self, request_id: RequestId, result: dict[str, Any] | None, error: ErrorObject | None) -> bytes:
         if error is None:
@@ -343,11 +399,20 @@ class McpSession:
     async def _initialize(self, request: _Request) -> dict[str, Any]:
         from ._version import __version__
 
+        if self._initialized:
+            # No checkpoint from the check to the flag below: two initialize
+            # requests in flight at once cannot both get through.
+            raise _RpcError(
+                ErrorCode.INVALID_REQUEST,
+                f"invalid request: the session is already initialized (protocol {self._version}); "
+                "initialize is sent once, and a new session needs a new connection",
+            )
         asked = request.params.get("protocolVersion")
         if not isinstance(asked, str):
             raise _RpcError(
                 ErrorCode.INVALID_PARAMS, "invalid params: initialize needs params.protocolVersion, a string"
             )
+        self._initialized = True
         self._version = asked if asked in SUPPORTED_PROTOCOL_VERSIONS else LATEST_PROTOCOL_VERSION
         self.can_elicit = can_elicit(request.params.get("capabilities"))
         self.can_sample = can_sample(request.params.get("capabilities"))
@@ -380,7 +445,7 @@ class McpSession:
             )
         runners = self._server.runners
         await runners.first_load.wait()  # the first load runs in the background
-        return {"tools": render_tools(self._server.listed_tools(), self._version)}
+        return {"tools": rename_listed(render_tools(self._server.listed_tools(), self._version), runners.names)}
 
     async def _tools_call(self, request: _Request) -> dict[str, Any]:
         params = request.params
@@ -391,6 +456,8 @@ class McpSession:
         meta = params.get("_meta")
         token = meta.get("progressToken") if isinstance(meta, dict) else None
         generation = await self._server.runners.current()
+        # The names of the generation just handed out: a name served in tools/list maps back to its tool.
+        tool = self._server.runners.names.to_tool(name)
         # No checkpoint from here to call_tool's registration of the call id,
         # so a cancellation (or the wind-down) either finds the call in the
         # runner or finds `request.cancelled` / `_closing` already set.
@@ -411,7 +478,7 @@ class McpSession:
                 link = self._server.links.open(call_id, self, request, name, nursery)
                 try:
                     result = await generation.runner.call_tool(
-                        name,
+                        tool,
                         arguments,
                         on_update=progress.update if progress is not None else None,
                         timeout=self._server.timeout,

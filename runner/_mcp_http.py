@@ -1,8 +1,9 @@
 """``xcsh-run serve --http``: the MCP Streamable HTTP transport (revision 2025-11-25), on trio and h11.
 
-One endpoint, ``/mcp``: ``POST`` carries one client message, ``GET`` opens
-the session's server-to-client SSE stream (or resumes a stream with
-``Last-Event-ID``), ``DELETE`` ends the session. Every session is an
+One endpoint, ``/mcp``: ``POST`` carries one client message (or, under
+2025-03-26, a batch), read by ``_mcp_wire.classify`` as a stdio line is;
+``GET`` opens the session's server-to-client SSE stream (or resumes a stream
+with ``Last-Event-ID``), ``DELETE`` ends the session. Every session is an
 :class:`~runner._mcp.McpSession` of one shared ``ToolServer``.
 
 Rules:
@@ -30,6 +31,13 @@ Rules:
    (``_mcp_http_streams``).
 6. SIGTERM/SIGINT (or the end of the process's own tasks) stop accepting,
    close every connection and wind every session down as stdio does.
+7. A body that holds no message gets 400 with a JSON-RPC error that carries
+   the id ``_mcp_wire`` recovers (never null; none when the id is in flight
+   in the session named). A batch is served when the session negotiated
+   2025-03-26 (the one revision with batches): its answers as one array, on
+   an SSE stream or as a JSON body as rule 3 says, and its requests stopped
+   together when the client goes (rule 4); a batch of only notifications and
+   responses gets 202. Under any other revision a batch gets 400.
 """
 
 from __future__ import annotations
@@ -47,13 +55,13 @@ from urllib.parse import urlsplit
 import msgspec
 import trio
 
-from worker._messages import ErrorCode, ErrorObject, ErrorResponse, Message, Notification, Request, Response
+from worker._messages import ErrorCode, Request
 
 from ._mcp import SUPPORTED_PROTOCOL_VERSIONS, McpSession
 from ._mcp_http_streams import EventStream, JsonReply, StreamBusy
 from ._mcp_http_wire import ConnectionGone, HttpConnection, HttpError, HttpRequest
 from ._mcp_server import ToolServer
-from ._mcp_transport import error_line, valid_id
+from ._mcp_wire import Batch, Malformed, RequestId, classify, error_line
 
 logger = logging.getLogger("xcsh_run.mcp")
 
@@ -67,42 +75,18 @@ _LOOPBACK: Final = frozenset({"localhost", "127.0.0.1", "::1"})
 _PRIMING_SINCE: Final = "2025-11-25"  # older clients cannot read an event with empty data
 
 
-class _Envelope(msgspec.Struct):
-    jsonrpc: Any = msgspec.UNSET
-    id: Any = msgspec.UNSET
-    method: Any = msgspec.UNSET
-    params: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
-    result: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
-    error: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
-
-
-_BODY: Final = msgspec.json.Decoder(_Envelope | list[msgspec.Raw] | str | int | float | bool | None)
-_NO_PARAMS: Final = msgspec.Raw(b"{}")
-
-
-_ERROR_OBJECT: Final = msgspec.json.Decoder(ErrorObject)
-
-
-def _response(envelope: _Envelope) -> Response | ErrorResponse | None:
-    """A client's answer to a request of the server's (a prompt, whose ids are integers); None otherwise."""
-    if not isinstance(envelope.id, int) or isinstance(envelope.id, bool):
-        return None
-    if isinstance(envelope.error, msgspec.Raw):
-        try:
-            error = _ERROR_OBJECT.decode(envelope.error)
-        except msgspec.DecodeError:
-            error = ErrorObject(code=ErrorCode.INTERNAL_ERROR, message="a malformed error object")
-        return ErrorResponse(id=envelope.id, error=error)
-    if isinstance(envelope.result, msgspec.Raw):
-        return Response(id=envelope.id, result=envelope.result)
-    return None
-
-
 class _Refused(Exception):
-    """An HTTP error answer: status, JSON-RPC code and message (the body is a JSON-RPC error with no id)."""
+    """An HTTP error answer: status, JSON-RPC code and message (the body: a JSON-RPC error, with ``request_id``)."""
 
-    def __init__(self, status: int, message: str, code: int = ErrorCode.INVALID_REQUEST, **headers: str) -> None:
-        self.status, self.code, self.headers = status, code, headers
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: int = ErrorCode.INVALID_REQUEST,
+        request_id: RequestId | None = None,
+        **headers: str,
+    ) -> None:
+        self.status, self.code, self.request_id, self.headers = status, code, request_id, headers
         super().__init__(message)
 
 
@@ -112,13 +96,13 @@ class _HttpSession:
     def __init__(self, session_id: str, tools: ToolServer, numbers: itertools.count[int]) -> None:
         self.id = session_id
         self.numbers = numbers
-        self.standalone = EventStream(next(numbers), request_id=None)
+        self.standalone = EventStream(next(numbers), request_ids=None)
         self.streams: collections.OrderedDict[int, EventStream] = collections.OrderedDict()
         self.streams[self.standalone.number] = self.standalone
         self.mcp = McpSession(tools, self.standalone)
 
-    def new_stream(self, request_id: str | int) -> EventStream:
-        stream = EventStream(next(self.numbers), request_id=request_id)
+    def new_stream(self, request_ids: tuple[RequestId, ...]) -> EventStream:
+        stream = EventStream(next(self.numbers), request_ids=request_ids)
         self.streams[stream.number] = stream
         finished = [n for n, s in self.streams.items() if s.done and s is not self.standalone]
         for n in finished[: max(0, len(self.streams) - _STREAMS_KEPT - 1)]:
@@ -222,7 +206,7 @@ class HttpServer:
             return None
 
     async def _refuse(self, conn: HttpConnection, refused: _Refused, *, close: bool = False) -> None:
-        body = error_line(None, refused.code, str(refused))
+        body = error_line(refused.request_id, refused.code, str(refused))
         headers = [("content-type", "application/json")]
         headers += [(name.replace("_", "-"), value) for name, value in refused.headers.items()]
         if close:
@@ -278,53 +262,65 @@ class HttpServer:
             raise _Refused(406, "not acceptable: accept application/json or text/event-stream")
         if headers.get("content-type", "").split(";", 1)[0].strip().lower() != "application/json":
             raise _Refused(415, "unsupported media type: Content-Type must be application/json")
-        message = self._decode(request.body)
+        message = classify(request.body)
+        if isinstance(message, Malformed) or (message is None and not request.body.strip()):
+            raise self._malformed(headers, message or Malformed(None, ErrorCode.PARSE_ERROR, "parse error: no body"))
         if isinstance(message, Request) and message.method == "initialize" and "mcp-session-id" not in headers:
             session = self._open_session()
         else:
             session = self._session(headers)
+        if isinstance(message, Batch):
+            await self._post_batch(conn, session, message, sse_ok)
+            return
         if not isinstance(message, Request):
             await conn.respond(202, [("mcp-session-id", session.id)])
             if message is not None:
                 session.mcp.receive(message)
             return
+        ids = (message.id,)
         if sse_ok:
-            stream = session.new_stream(message.id)
+            stream = session.new_stream(ids)
             session.mcp.receive(message, stream)
             await conn.start(200, self._sse_headers(session))
             prime = self._version(session, message) >= _PRIMING_SINCE
-            await self._pump(conn, session, stream, message.id, None, prime=prime)
+            await self._pump(conn, session, stream, ids, None, prime=prime)
         else:
             reply = JsonReply()
             session.mcp.receive(message, reply)
-            await self._json_reply(conn, session, reply, message.id)
+            await self._json_reply(conn, session, reply, ids)
         if message.method == "initialize" and not session.mcp.initialized:
             self._end(session, "initialize failed")
 
-    def _decode(self, body: bytes) -> Message | None:
-        """The message in a POST body; None for a response to no request of the server's."""
-        try:
-            envelope = _BODY.decode(body)
-        except (msgspec.DecodeError, RecursionError) as exc:
-            raise _Refused(400, f"parse error: {exc}", ErrorCode.PARSE_ERROR) from None
-        if not isinstance(envelope, _Envelope):
-            what = "batches are not supported" if isinstance(envelope, list) else "not a JSON object"
-            raise _Refused(400, f"invalid request: one JSON-RPC message per POST; {what}")
-        if envelope.jsonrpc != "2.0":
-            raise _Refused(400, 'invalid request: "jsonrpc" must be "2.0"')
-        method, params = envelope.method, envelope.params
-        raw = _NO_PARAMS if isinstance(params, msgspec.UnsetType) or params == b"null" else params
-        if method is msgspec.UNSET:
-            if envelope.result is msgspec.UNSET and envelope.error is msgspec.UNSET:
-                raise _Refused(400, 'invalid request: no "method"')
-            return _response(envelope)
-        if not isinstance(method, str):
-            raise _Refused(400, 'invalid request: "method" must be a string')
-        if envelope.id is msgspec.UNSET:
-            return Notification(method=method, params=raw)
-        if not valid_id(envelope.id):
-            raise _Refused(400, f'invalid request: "id" must be a string or an integer, got {envelope.id!r}')
-        return Request(id=envelope.id, method=method, params=raw)
+    def _malformed(self, headers: dict[str, str], malformed: Malformed) -> _Refused:
+        """400 for a body that holds no message, with the id it names unless that one is in flight (rule 7)."""
+        request_id = malformed.id
+        session = self._sessions.get(headers.get("mcp-session-id", ""))
+        if request_id is not None and session is not None and session.mcp.in_flight(request_id):
+            request_id = None  # the client could take the error for the answer to its request in flight
+        return _Refused(400, malformed.message, malformed.code, request_id)
+
+    async def _post_batch(self, conn: HttpConnection, session: _HttpSession, batch: Batch, sse_ok: bool) -> None:
+        """A batch: served as one array (2025-03-26 only), with 202 when it holds no request (rule 7)."""
+        why = session.mcp.batch_refusal()
+        if why is not None:
+            raise _Refused(400, why)
+        if not any(isinstance(item, Request | Malformed) for item in batch.items):
+            await conn.respond(202, [("mcp-session-id", session.id)])
+            session.mcp.receive(batch)
+            return
+        # Those its stream answers (and stops when the client goes): not the id of a request already in flight.
+        ids = tuple(
+            dict.fromkeys(i.id for i in batch.items if isinstance(i, Request) and not session.mcp.in_flight(i.id))
+        )
+        if sse_ok:
+            stream = session.new_stream(ids)
+            session.mcp.receive(batch, stream)
+            await conn.start(200, self._sse_headers(session))
+            await self._pump(conn, session, stream, ids, None, prime=session.mcp.version >= _PRIMING_SINCE)
+        else:
+            reply = JsonReply()
+            session.mcp.receive(batch, reply)
+            await self._json_reply(conn, session, reply, ids)
 
     def _version(self, session: _HttpSession, message: Request) -> str:
         if message.method == "initialize":
@@ -360,7 +356,7 @@ class HttpServer:
         conn: HttpConnection,
         session: _HttpSession,
         stream: EventStream,
-        request_id: str | int | None,
+        request_ids: tuple[RequestId, ...],
         after: int | None,
         *,
         prime: bool,
@@ -378,26 +374,30 @@ class HttpServer:
             nursery.cancel_scope.cancel()
         if complete:
             await conn.finish()
-        elif request_id is not None:
+        elif request_ids:
             assert self._nursery is not None
-            self._nursery.start_soon(self._abandon_later, session, stream, request_id, stream.attachments)
+            self._nursery.start_soon(self._abandon_later, session, stream, request_ids, stream.attachments)
         if not complete:
             raise ConnectionGone
 
     async def _abandon_later(
-        self, session: _HttpSession, stream: EventStream, request_id: str | int, seen: int
+        self, session: _HttpSession, stream: EventStream, request_ids: tuple[RequestId, ...], seen: int
     ) -> None:
         await trio.sleep(RESUME_WINDOW)
         if stream.attachments == seen and not stream.done:
-            session.mcp.cancel_request(request_id, "the HTTP client went away")
+            for request_id in request_ids:
+                session.mcp.cancel_request(request_id, "the HTTP client went away")
             stream.close()
 
-    async def _json_reply(self, conn: HttpConnection, session: _HttpSession, reply: JsonReply, request_id: Any) -> None:
+    async def _json_reply(
+        self, conn: HttpConnection, session: _HttpSession, reply: JsonReply, request_ids: tuple[RequestId, ...]
+    ) -> None:
         async with trio.open_nursery() as nursery:
 
             async def watch() -> None:
                 await conn.watch_closed()
-                session.mcp.cancel_request(request_id, "the HTTP client went away")
+                for request_id in request_ids:
+                    session.mcp.cancel_request(request_id, "the HTTP client went away")
 
             nursery.start_soon(watch)
             await reply.ended.wait()
@@ -435,8 +435,7 @@ class HttpServer:
         await conn.start(200, self._sse_headers(session))
         prime = stream is session.standalone and session.mcp.version >= _PRIMING_SINCE and after is None
         # A resumed request stream is stopped later if it is lost again; the GET stream never is.
-        request_id = stream.request_id if stream is not session.standalone else None
-        await self._pump(conn, session, stream, request_id, after, prime=prime)
+        await self._pump(conn, session, stream, stream.request_ids or (), after, prime=prime)
 
     def _end(self, session: _HttpSession, why: str) -> None:
         self._forget(session)

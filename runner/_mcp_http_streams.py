@@ -45,10 +45,10 @@ class StreamBusy(Exception):
 class EventStream:
     """One SSE stream; an ``Outbox`` for the session."""
 
-    def __init__(self, number: int, *, request_id: str | int | None) -> None:
+    def __init__(self, number: int, *, request_ids: tuple[str | int, ...] | None) -> None:
         self.number = number
-        self.request_id = request_id  # None for the session's own stream
-        self._waits = request_id is not None  # rule 2
+        self.request_ids = request_ids  # what it answers (a batch: several); None for the session's own stream
+        self._waits = request_ids is not None  # rule 2
         self._events: collections.deque[tuple[int, bytes]] = collections.deque(maxlen=REPLAY)
         self._last = 0  # the number of the newest event
         self._sent = 0  # the newest event written to a client
@@ -142,7 +142,7 @@ class EventStream:
 
 
 class JsonReply:
-    """A request's outbox when its client takes ``application/json`` only: the response alone.
+    """A request's (or batch's) outbox when its client takes ``application/json`` only: the response alone.
 
     Progress has no place in a single JSON body and is dropped; the response
     is kept until the connection writes it.
@@ -154,7 +154,8 @@ class JsonReply:
 
     async def send(self, data: bytes) -> None:
         message = msgspec.json.decode(data)
-        if isinstance(message, dict) and "method" not in message:
+        # A response, or the array answering a batch; not a notification or a prompt.
+        if isinstance(message, list) or (isinstance(message, dict) and "method" not in message):
             self.response = data
 
     def end(self) -> None:

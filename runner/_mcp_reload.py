@@ -33,6 +33,7 @@ import trio
 
 from ._discovery import discover_custom_tool_paths
 from ._host import Runner, ToolInfo, open_runner
+from ._mcp_names import ToolNames
 from ._sandbox import SandboxPolicy
 
 logger = logging.getLogger("xcsh_run.mcp")
@@ -108,6 +109,9 @@ class Runners:
         # What tools/list shows: the last tools loaded. A reload does not
         # make it wait, only calls do.
         self.tools: list[ToolInfo] = []
+        # Their MCP names (`_mcp_names`), computed at each load, which warns once per name.
+        self.names = ToolNames()
+        self._warned_names: set[str] = set()
         self.first_load = trio.Event()
 
     async def current(self) -> Generation | None:
@@ -179,6 +183,7 @@ class Runners:
         else:
             self._current, self.failure, self._last_error = new, None, None
             self.tools = new.runner.tools
+            self.names = ToolNames((tool.name for tool in self.tools), warned=self._warned_names)
             if old is not None:
                 old.retire()  # rule 3
             loaded = True

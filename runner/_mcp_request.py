@@ -7,6 +7,7 @@ from typing import Any
 import trio
 
 from ._host import Runner
+from ._mcp_methods import BatchReply
 from ._mcp_server import Outbox
 from ._mcp_transport import RequestId
 
@@ -18,13 +19,16 @@ class McpRequest:
     connection's business; this is the task's side: its scope and its call.
     """
 
-    __slots__ = ("id", "method", "params", "reply", "cancelled", "scope", "runner", "call_id")
+    __slots__ = ("id", "method", "params", "reply", "batch", "cancelled", "scope", "runner", "call_id")
 
-    def __init__(self, request_id: RequestId, method: str, params: dict[str, Any], reply: Outbox) -> None:
+    def __init__(
+        self, request_id: RequestId, method: str, params: dict[str, Any], reply: Outbox, batch: BatchReply | None
+    ) -> None:
         self.id = request_id
         self.method = method
         self.params = params
         self.reply = reply  # where its progress, its log records, its prompts and its response go
+        self.batch = batch  # the batch it came in, answered as one array (then `reply` ends)
         self.cancelled = False
         self.scope = trio.CancelScope()  # entered by its task
         self.runner: Runner | None = None

@@ -54,8 +54,8 @@ class McpServer(McpSession):
             writer_scope = trio.CancelScope()
             io.start_soon(self._write, send, writer_scope)
 
-            async def read(requests: trio.Nursery) -> None:
-                await self._transport.read(receive, requests)
+            async def read(_: trio.Nursery) -> None:
+                await self._transport.read(receive)
 
             await self._server.run(read, ended="stdin closed", handle_signals=handle_signals)
             self.close()

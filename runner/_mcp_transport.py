@@ -1,10 +1,10 @@
 """The MCP stdio transport: newline-delimited JSON-RPC 2.0 on a pair of trio streams.
 
 UTF-8 JSON, one message per line, nothing but protocol on the output. This
-module knows lines and JSON-RPC envelopes, not MCP: it hands each well-formed
-request and notification to its owner, as the shared protocol's typed
-``Request`` / ``Notification`` (which the owner's ``Connection`` takes), and
-answers malformed input itself. It writes bytes it is given, in order.
+module knows lines, not MCP: it splits the input into lines, has each one
+classified (``_mcp_wire.classify``: a request, a notification, a batch or
+malformed input) and hands the result to its owner, which answers; it writes
+the bytes it is given, in order.
 
 Rules:
 
@@ -16,34 +16,35 @@ Rules:
    that reads slowly) instead of letting it grow; a broken output is drained
    silently so that senders never block on a dead client.
 3. A line is bounded by ``max_message_bytes`` while it is read: the rest of an
-   oversized line is discarded, never buffered, and the line is rejected with
-   the id read from its first bytes when it leads the object, so the client
-   fails that request instead of waiting forever.
-4. Malformed input gets a JSON-RPC error (-32700, -32600) and the transport
-   keeps reading; notifications are never answered, not even malformed ones.
-   Responses (answers to the server's prompts) go to the owner as well,
-   which hands on only those a prompt waits for; a malformed one is dropped,
-   since answering an answer is never right.
+   oversized line is discarded, never buffered (only its first and last KiB
+   are kept), and the line becomes ``Malformed`` input (-32600) with the id
+   recovered from those bytes when it can be (``_mcp_wire`` rules 1 and 2),
+   so the client fails that request instead of waiting forever.
+4. Malformed input is not answered here: the owner answers it, because only
+   it knows which ids are in flight (an id in flight is never answered a
+   second time). Responses (answers to the server's prompts) go to the owner
+   as well, which hands on only those a prompt waits for; a malformed one is
+   dropped (``_mcp_wire`` rule 5), since answering an answer is never right.
 5. The read loop never blocks on a message: classification is synchronous,
-   and error answers are sent from tasks of their own.
+   and the owner answers from tasks of its own.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 import sys
 from collections.abc import Callable
-from typing import Any, Final, TypeGuard
+from typing import Final
 
-import msgspec
 import trio
 
-from worker._frames import encode_line
-from worker._messages import ErrorCode, ErrorObject, ErrorResponse, Message, Notification, Request, Response
+from worker._messages import ErrorCode
 
 from ._config import DEFAULT_MAX_MESSAGE_BYTES as DEFAULT_MAX_MESSAGE_BYTES
+from ._mcp_wire import Incoming, Malformed, RequestId, classify, error_line, recover_id, valid_id
+
+__all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "FLUSH_TIMEOUT", "LineTransport", "RequestId", "error_line", "valid_id"]
 
 logger = logging.getLogger("xcsh_run.mcp")
 
@@ -53,73 +54,30 @@ _OUT_QUEUE: Final = 64
 # How long queued messages may take to drain at shutdown before we give up
 # on a client that stopped reading.
 FLUSH_TIMEOUT: Final = 2.0
-
-# The id of an oversized message, read from its first bytes when it leads the
-# object (`{"jsonrpc":"2.0","id":..`, the order the SDKs write).
-_LEADING_ID: Final = re.compile(
-    rb'\A\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?'  # `{` and perhaps "jsonrpc" first
-    rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")\s*[,}]'  # then the id: an integer or a string
-)
-
-RequestId = str | int
-
-
-class _Envelope(msgspec.Struct):
-    # Every member untyped, so that one decode accepts any object and the
-    # checks below can answer with the id when there is a usable one. UNSET
-    # keeps "absent" apart from null.
-    jsonrpc: Any = msgspec.UNSET
-    id: Any = msgspec.UNSET
-    method: Any = msgspec.UNSET
-    params: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
-    result: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
-    error: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
-
-
-# A line is one JSON value; only an object can be a message. Params stay raw:
-# the connection decodes them once, into its method's type.
-_LINE: Final = msgspec.json.Decoder(_Envelope | list[msgspec.Raw] | str | int | float | bool | None)
-_ERROR: Final = msgspec.json.Decoder(ErrorObject)
-_NO_PARAMS: Final = msgspec.Raw(b"{}")
-_NULL: Final = msgspec.Raw(b"null")
-
-
-def valid_id(value: object) -> TypeGuard[RequestId]:
-    """MCP: a request id is a string or an integer, never null; bool is not an integer on the wire."""
-    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
-
-
-def error_line(request_id: RequestId | None, code: int, message: str) -> bytes:
-    """An error answer with no ``data``, as one line."""
-    return encode_line(ErrorResponse(id=request_id, error=ErrorObject(code=int(code), message=message)))
-
-
-def _params(raw: msgspec.Raw | msgspec.UnsetType) -> msgspec.Raw:
-    # Absent or null params are no params: an empty object.
-    return _NO_PARAMS if isinstance(raw, msgspec.UnsetType) or raw == _NULL else raw
+# What is kept of an oversized line to recover its id from (rule 3).
+_KEPT: Final = 1024
 
 
 class LineTransport:
     """Reads and writes newline-delimited JSON-RPC; classifies what it reads.
 
-    ``on_message`` receives every well-formed request (with a valid id) and
-    notification; it runs in the read loop and must not block. ``on_broken``
-    is told once the output fails. Error answers to malformed input go out
-    through tasks started in the nursery given to :meth:`read`.
+    ``on_message`` receives what every line holds (``_mcp_wire.Incoming``:
+    a request, a notification, a batch, or malformed input to answer); it
+    runs in the read loop and must not block. ``on_broken`` is told once the
+    output fails.
     """
 
     def __init__(
         self,
         *,
         max_message_bytes: int,
-        on_message: Callable[[Message], None],
+        on_message: Callable[[Incoming], None],
         on_broken: Callable[[str], None],
     ) -> None:
         self._max_message = max_message_bytes
         self._on_message = on_message
         self._on_broken = on_broken
         self._out_send, self._out_receive = trio.open_memory_channel[bytes](_OUT_QUEUE)
-        self._nursery: trio.Nursery | None = None
 
     # --- output ----------------------------------------------------------------
 
@@ -142,23 +100,17 @@ class LineTransport:
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             pass  # shutting down: nobody is listening any more
 
-    def send_soon(self, data: bytes) -> None:
-        """Send from a task of its own, for callers that must not block (rule 5)."""
-        assert self._nursery is not None
-        self._nursery.start_soon(self.send, data)
-
     def close(self) -> None:
         """No more messages: the writer ends once what is queued is written."""
         self._out_send.close()
 
     # --- input -----------------------------------------------------------------
 
-    async def read(self, stream: trio.abc.ReceiveStream, nursery: trio.Nursery) -> None:
+    async def read(self, stream: trio.abc.ReceiveStream) -> None:
         """Read ``stream`` to its end, splitting it into lines bounded by ``max_message_bytes`` (rule 3)."""
-        self._nursery = nursery
         buffer = bytearray()
         oversized: int | None = None  # bytes of the current too-long line, once it is too long
-        head = b""  # its first bytes, for the id
+        head = tail = b""  # its first and last bytes, for the id
         while True:
             try:
                 chunk = await stream.receive_some(_READ_CHUNK)
@@ -173,87 +125,36 @@ class LineTransport:
                 end = len(chunk) if newline < 0 else newline
                 if oversized is not None:
                     oversized += end - start  # discarded, never buffered
+                    tail = (tail + chunk[max(start, end - _KEPT) : end])[-_KEPT:]
                 else:
                     buffer += chunk[start:end]
                     if len(buffer) > self._max_message:
-                        oversized, head = len(buffer), bytes(buffer[:1024])
+                        oversized, head, tail = len(buffer), bytes(buffer[:_KEPT]), bytes(buffer[-_KEPT:])
                         buffer.clear()
                 if newline < 0:
                     break
                 start = newline + 1
                 if oversized is not None:
-                    self._reject_oversized(head, oversized)
-                    oversized, head = None, b""
+                    self._oversized(head, tail, oversized)
+                    oversized, head, tail = None, b"", b""
                 else:
-                    self._classify(bytes(buffer))
+                    self._line(bytes(buffer))
                     buffer.clear()
         # A last line without its newline still counts (lenient at EOF).
         if oversized is not None:
-            self._reject_oversized(head, oversized)
+            self._oversized(head, tail, oversized)
         elif buffer.strip():
-            self._classify(bytes(buffer))
+            self._line(bytes(buffer))
 
-    def _reject_oversized(self, head: bytes, size: int) -> None:
-        request_id: RequestId | None = None
-        if (match := _LEADING_ID.match(head)) is not None:
-            try:
-                value = msgspec.json.decode(match.group(1))
-            except msgspec.DecodeError:
-                value = None
-            if valid_id(value):
-                request_id = value
+    def _line(self, line: bytes) -> None:
+        if (item := classify(line)) is not None:
+            self._on_message(item)
+
+    def _oversized(self, head: bytes, tail: bytes, size: int) -> None:
         logger.warning("rejected a message of %d bytes (limit %d bytes)", size, self._max_message)
         limit = f"the limit is {self._max_message} bytes (--max-message-bytes)"
-        self.send_soon(error_line(request_id, ErrorCode.INVALID_REQUEST, f"message too large: {size} bytes; {limit}"))
-
-    def _classify(self, line: bytes) -> None:
-        """Hand one line to the owner if it is a request or a notification; answer it if it is malformed."""
-        line = line.strip()
-        if not line:
-            return
-        try:
-            message = _LINE.decode(line)
-        except (msgspec.DecodeError, RecursionError) as exc:
-            # msgspec raises RecursionError (not DecodeError) for deep nesting like `[[[[...`.
-            self.send_soon(error_line(None, ErrorCode.PARSE_ERROR, f"parse error: {exc}"))
-            return
-        if not isinstance(message, _Envelope):
-            what = "batches are not supported" if isinstance(message, list) else f"got a JSON {type(message).__name__}"
-            self._invalid(None, f"a message is one JSON object; {what}")
-            return
-        request_id = message.id if valid_id(message.id) else None
-        method = message.method
-        if message.jsonrpc != "2.0":
-            # Not a JSON-RPC 2.0 message at all, so not a notification either: answered.
-            self._invalid(request_id, '"jsonrpc" must be "2.0"')
-        elif method is msgspec.UNSET:
-            if message.result is not msgspec.UNSET or message.error is not msgspec.UNSET:
-                self._response(message)
-            else:
-                self._invalid(request_id, 'no "method"')
-        elif not isinstance(method, str):
-            self._invalid(request_id, '"method" must be a string')
-        elif message.id is msgspec.UNSET:
-            self._on_message(Notification(method=method, params=_params(message.params)))
-        elif request_id is None:
-            self._invalid(None, f'"id" must be a string or an integer, got {message.id!r}')
-        else:
-            self._on_message(Request(id=request_id, method=method, params=_params(message.params)))
-
-    def _response(self, message: _Envelope) -> None:
-        if not isinstance(message.id, int) or isinstance(message.id, bool):  # the server's ids are integers
-            logger.debug("ignored a response with id %r: the server sent no such request", message.id)
-        elif isinstance(message.error, msgspec.Raw):
-            try:
-                error = _ERROR.decode(message.error)
-            except msgspec.DecodeError:
-                error = ErrorObject(code=ErrorCode.INTERNAL_ERROR, message="a malformed error object")
-            self._on_message(ErrorResponse(id=message.id, error=error))
-        elif isinstance(message.result, msgspec.Raw):
-            self._on_message(Response(id=message.id, result=message.result))
-
-    def _invalid(self, request_id: RequestId | None, why: str) -> None:
-        self.send_soon(error_line(request_id, ErrorCode.INVALID_REQUEST, f"invalid request: {why}"))
+        why = f"message too large: {size} bytes; {limit}"
+        self._on_message(Malformed(recover_id(head, tail=tail), ErrorCode.INVALID_REQUEST, why))
 
 
 def take_over_stdio() -> tuple[int, int]:

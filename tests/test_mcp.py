@@ -703,27 +703,30 @@ async def raw_server(*tools: str, options: tuple[str, ...] = ()) -> AsyncIterato
                 await process.wait()
 
 
+# The id the error carries: the request's when it can be told (even from a
+# line that is not JSON), else none at all (ABSENT), never null.
+ABSENT = "absent"
 GARBAGE: list[tuple[bytes, int, object]] = [
-    (b"not json", -32700, None),
-    (b'{"jsonrpc":"2.0","id":1,"method":"ping"', -32700, None),
-    (b'{"jsonrpc":"2.0","id":1,"method":"\xff\xfe"}', -32700, None),
-    (b"[" * 100_000, -32700, None),
-    (b"[]", -32600, None),
-    (b'[{"jsonrpc":"2.0","id":1,"method":"ping"}]', -32600, None),
-    (b"42", -32600, None),
-    (b"{}", -32600, None),
+    (b"not json", -32700, ABSENT),
+    (b'{"jsonrpc":"2.0","id":1,"method":"ping"', -32700, 1),
+    (b'{"jsonrpc":"2.0","id":1,"method":"\xff\xfe"}', -32700, 1),
+    (b"[" * 100_000, -32700, ABSENT),
+    (b"[]", -32600, ABSENT),
+    (b'[{"jsonrpc":"2.0","id":1,"method":"ping"}]', -32600, 1),
+    (b"42", -32600, ABSENT),
+    (b"{}", -32600, ABSENT),
     (b'{"jsonrpc":"1.0","id":7,"method":"ping"}', -32600, 7),
     (b'{"jsonrpc":"2.0","id":8}', -32600, 8),
-    (b'{"jsonrpc":"2.0","id":null,"method":"ping"}', -32600, None),
-    (b'{"jsonrpc":"2.0","id":true,"method":"ping"}', -32600, None),
-    (b'{"jsonrpc":"2.0","id":1.5,"method":"ping"}', -32600, None),
+    (b'{"jsonrpc":"2.0","id":null,"method":"ping"}', -32600, ABSENT),
+    (b'{"jsonrpc":"2.0","id":true,"method":"ping"}', -32600, ABSENT),
+    (b'{"jsonrpc":"2.0","id":1.5,"method":"ping"}', -32600, ABSENT),
     (b'{"jsonrpc":"2.0","id":9,"method":5}', -32600, 9),
     (b'{"jsonrpc":"2.0","id":10,"method":"no/such/method"}', -32601, 10),
     (b'{"jsonrpc":"2.0","id":11,"method":"server/discover","params":{}}', -32601, 11),
     (b'{"jsonrpc":"2.0","id":12,"method":"tools/call","params":[1,2]}', -32602, 12),
     (b'{"jsonrpc":"2.0","id":13,"method":"tools/call","params":{"arguments":{}}}', -32602, 13),
     (b'{"jsonrpc":"2.0","id":"s","method":"tools/list","params":{"cursor":"x"}}', -32602, "s"),
-    (b'{"jsonrpc":"2.0","id":14,"method":"initialize","params":{}}', -32602, 14),
+    (b'{"jsonrpc":"2.0","id":14,"method":"initialize","params":{}}', -32600, 14),  # initialized already
 ]
 
 
@@ -736,7 +739,7 @@ async def test_garbage_gets_json_rpc_errors_and_the_server_keeps_serving() -> No
                 await server.send_line(line)
                 message = await server.receive()
                 assert message is not None
-                assert message.get("id", "missing") == request_id, line[:80]
+                assert message.get("id", ABSENT) == request_id, line[:80]
                 assert message["error"]["code"] == code, (line[:80], message)
             # Notifications are never answered, even malformed ones: the next
             # message is the ping's response.
@@ -761,11 +764,15 @@ async def test_oversized_lines_are_rejected_and_the_server_keeps_serving(limit: 
             error = (await server.response(21))["error"]
             assert error["code"] == -32600
             assert "too large" in error["message"]
-            # Without a leading id, the error has id null.
+            # The id last, as the TypeScript SDK writes it: read from the line's last bytes.
             await server.send({"method": "tools/call", "params": call, "jsonrpc": "2.0", "id": 22})
+            error = (await server.response(22))["error"]
+            assert error["code"] == -32600
+            # No id to be told (a notification, or a request cut short): an error without one.
+            await server.send({"method": "tools/call", "params": call, "jsonrpc": "2.0"})
             message = await server.receive()
             assert message is not None
-            assert message["id"] is None
+            assert "id" not in message
             assert message["error"]["code"] == -32600
             result = (await server.request("tools/call", {"name": "echo", "arguments": {"text": "fits"}}))["result"]
             assert result["content"] == [{"type": "text", "text": "fits"}]
