@@ -239,6 +239,7 @@ async def test_without_the_capability_there_is_no_ui_and_prompts_get_the_no_op_a
 async def test_a_call_cancelled_while_its_prompt_is_open_withdraws_the_prompt(tools: str) -> None:
     asking = trio.Event()
     withdrawn = trio.Event()
+    started = trio.Event()
     pid: list[int] = []
 
     async def on_elicit(ctx: Any, params: mcp_types.ElicitRequestParams) -> Any:
@@ -253,6 +254,7 @@ async def test_a_call_cancelled_while_its_prompt_is_open_withdraws_the_prompt(to
     async def on_progress(progress: float, total: float | None, text: str | None) -> None:
         if text is not None and not pid:
             pid.append(int(text.split()[1]))
+            started.set()
 
     with trio.fail_after(DEADLINE):
         async with session(tools, elicitation_callback=on_elicit) as s:
@@ -265,9 +267,12 @@ async def test_a_call_cancelled_while_its_prompt_is_open_withdraws_the_prompt(to
 
                 nursery.start_soon(call)
                 await asking.wait()
+                # The update and the prompt travel apart (and the SDK runs each
+                # callback in a task of its own): once the call is cancelled its
+                # progress is no longer delivered, so the pid is awaited first.
+                await started.wait()
                 scope.cancel()
             await withdrawn.wait()
-            assert pid
             await wait_exited(pid[0])  # the call went through the ladder
             result = json.loads(text_of(await s.call_tool("ask", {"kind": "input"})))
             assert result == {"has_ui": True, "value": "again"}
