@@ -20,7 +20,7 @@ import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +36,8 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERS
 
 from runner import open_runner
 
-from .conftest import TOOLS, XCSH_RUN, marked_processes
-
-BASIC = str(TOOLS / "basic.py")
-HOSTILE = str(TOOLS / "hostile.py")
-DEADLINE = 30  # seconds; every test runs under one
+from ._mcp_clients import BASIC, DEADLINE, HOSTILE, serve_args, stdio_session
+from .conftest import XCSH_RUN, marked_processes
 
 # Tools written into each test's directory: a hidden one, a labelled one, and
 # busy tools that report their worker's pid in their first update.
@@ -98,13 +95,6 @@ def extra(tmp_path: Path) -> str:
     return str(path)
 
 
-def serve_args(*tools: str, options: tuple[str, ...] = ()) -> list[str]:
-    args = ["serve", "--grace", "0.5"]
-    for tool in tools or (BASIC, HOSTILE):
-        args += ["--tools", tool]
-    return [*args, *options]
-
-
 def error_of(result: mcp_types.CallToolResult) -> dict[str, Any]:
     assert result.is_error, result
     assert result.meta is not None
@@ -118,23 +108,11 @@ def text_of(result: mcp_types.CallToolResult) -> str:
     return "\n".join(b.text for b in result.content if isinstance(b, mcp_types.TextContent))
 
 
-@asynccontextmanager
-async def session(
-    *tools: str,
-    options: tuple[str, ...] = (),
-    message_handler: Callable[[Any], Awaitable[None]] | None = None,
-) -> AsyncIterator[ClientSession]:
-    """An initialized SDK session with `xcsh-run serve`; its stderr goes to serve.log."""
-    params = StdioServerParameters(
-        command=XCSH_RUN, args=serve_args(*tools, options=options), env=dict(os.environ), cwd=os.getcwd()
-    )
-    with open("serve.log", "w") as log:
-        async with (
-            stdio_client(params, errlog=log) as (read, write),
-            ClientSession(read, write, read_timeout_seconds=DEADLINE, message_handler=message_handler) as s,
-        ):
-            await s.initialize()
-            yield s
+def session(
+    *tools: str, options: tuple[str, ...] = (), message_handler: Callable[[Any], Awaitable[None]] | None = None
+) -> AbstractAsyncContextManager[ClientSession]:
+    """An initialized SDK session with `xcsh-run serve` on stdio; its stderr goes to serve.log."""
+    return stdio_session(*tools, options=options, message_handler=message_handler)
 
 
 async def start_busy(

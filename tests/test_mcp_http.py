@@ -3,38 +3,26 @@
 Each test starts a real `xcsh-run serve --http 127.0.0.1:0` subprocess, reads
 the bound URL from its stderr (no port is ever guessed), and ends it with
 SIGTERM, checking it exits 128 + 15 with no worker left (the autouse
-``no_survivors`` fixture checks the rest).
+``no_survivors`` fixture checks the rest). What is HTTP's own is here; the
+feature tests run over both transports (``transport``, tests/_mcp_clients.py).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import mcp_types
-import pytest
 import trio
-from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
 
-from .conftest import TOOLS, XCSH_RUN, marked_processes
+from ._mcp_clients import BASIC, DEADLINE, http_server, sdk_session
+from .conftest import SDK_HTTP_LEFTOVERS
 from .test_mcp import EXTRA_TOOLS, start_busy, text_of, tool_module, wait_exited
 
-# The SDK's HTTP client, run on trio, leaves its SSE readers' async
-# generators to the garbage collector when it cancels its GET stream at exit
-# (httpx2 / httpcore2 internals, not this server): their ResourceWarnings only.
-pytestmark = pytest.mark.filterwarnings(
-    r"ignore:Exception ignored in. <async_generator object:pytest.PytestUnraisableExceptionWarning"
-)
+pytestmark = SDK_HTTP_LEFTOVERS
 
-BASIC = str(TOOLS / "basic.py")
-DEADLINE = 30
 JSON_AND_SSE = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 INIT = {
     "jsonrpc": "2.0",
@@ -42,67 +30,6 @@ INIT = {
     "method": "initialize",
     "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
 }
-
-
-class Server:
-    def __init__(self, process: trio.Process) -> None:
-        self.process = process
-        self.url = ""
-        self.listening = trio.Event()
-        self.stderr = bytearray()
-
-    async def read_stderr(self) -> None:
-        assert self.process.stderr is not None
-        async for chunk in self.process.stderr:
-            self.stderr += chunk
-            for line in bytes(self.stderr).splitlines():
-                if b"listening on " in line and not self.listening.is_set():
-                    self.url = line.split(b"listening on ", 1)[1].decode().strip()
-                    self.listening.set()
-
-
-@asynccontextmanager
-async def http_server(
-    *tools: str, options: tuple[str, ...] = (), env: dict[str, str] | None = None
-) -> AsyncIterator[Server]:
-    args = [XCSH_RUN, "serve", "--http", "127.0.0.1:0", "--grace", "0.5", *options]
-    for tool in tools or (BASIC,):
-        args += ["--tools", tool]
-    process = await trio.lowlevel.open_process(args, stderr=-1, env={**os.environ, **(env or {})})
-    server = Server(process)
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(server.read_stderr)
-            await server.listening.wait()
-            yield server
-            process.send_signal(signal.SIGTERM)
-            with trio.fail_after(10):
-                code = await process.wait()
-            assert code == 128 + signal.SIGTERM, server.stderr.decode()
-    finally:
-        if process.returncode is None:  # the test failed: still stop it the clean way first
-            process.send_signal(signal.SIGTERM)
-            with trio.move_on_after(10) as scope:
-                scope.shield = True
-                await process.wait()
-        if process.returncode is None:
-            process.kill()
-            with trio.move_on_after(5) as scope:
-                scope.shield = True
-                await process.wait()
-    assert marked_processes() == []
-
-
-@asynccontextmanager
-async def sdk_session(
-    url: str, message_handler: Callable[[Any], Awaitable[None]] | None = None
-) -> AsyncIterator[ClientSession]:
-    async with (
-        streamable_http_client(url) as (read, write),
-        ClientSession(read, write, read_timeout_seconds=DEADLINE, message_handler=message_handler) as s,
-    ):
-        await s.initialize()
-        yield s
 
 
 async def raw_initialize(client: httpx2.AsyncClient, url: str) -> str:
@@ -161,7 +88,7 @@ async def test_tools_list_changed_reaches_the_get_stream(tmp_path: Path) -> None
             await send.send(None)
 
     with trio.fail_after(DEADLINE * 2):
-        async with http_server(str(folder)) as server, sdk_session(server.url, on_message) as s:
+        async with http_server(str(folder)) as server, sdk_session(server.url, message_handler=on_message) as s:
             assert [t.name for t in (await s.list_tools()).tools] == ["alpha"]
             tool_module(folder, "b", "beta", "second")
             await receive.receive()
