@@ -10,6 +10,7 @@ feature tests run over both transports (``transport``, tests/_mcp_clients.py).
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -163,7 +164,22 @@ async def test_oversized_and_malformed_bodies_are_refused() -> None:
             httpx2.AsyncClient(timeout=DEADLINE) as client,
         ):
             big = {**INIT, "params": {**INIT["params"], "pad": "x" * 5000}}  # type: ignore[dict-item]
-            assert (await client.post(server.url, json=big, headers=JSON_AND_SSE)).status_code == 413
+            refused = await client.post(server.url, json=big, headers=JSON_AND_SSE)
+            assert refused.status_code == 413
+            limit = "the limit is 2048 bytes (--max-message-bytes)"
+            assert (
+                refused.json()["error"]["message"]
+                == f"message too large: {len(refused.request.content)} bytes; {limit}"
+            )
+
+            async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: the limit is found while reading
+                for _ in range(5):
+                    yield b"x" * 1000
+
+            chunked = await client.post(server.url, content=chunks(), headers=JSON_AND_SSE)
+            assert chunked.status_code == 413
+            assert chunked.json()["error"]["message"].startswith("message too large: ")
+            assert chunked.json()["error"]["message"].endswith(limit)
             garbage = await client.post(server.url, content=b"{nope", headers=JSON_AND_SSE)
             assert garbage.status_code == 400
             assert garbage.json()["error"]["code"] == -32700
