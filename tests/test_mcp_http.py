@@ -12,15 +12,13 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import httpx2
-import mcp_types
 import trio
 
 from ._mcp_clients import BASIC, DEADLINE, http_server, sdk_session
 from .conftest import SDK_HTTP_LEFTOVERS
-from .test_mcp import EXTRA_TOOLS, start_busy, text_of, tool_module, wait_exited
+from .test_mcp import EXTRA_TOOLS, text_of, wait_exited
 
 pytestmark = SDK_HTTP_LEFTOVERS
 
@@ -44,56 +42,17 @@ async def raw_initialize(client: httpx2.AsyncClient, url: str) -> str:
 # --- the official client ---------------------------------------------------------
 
 
-async def test_sdk_client_initializes_lists_calls_with_progress_and_ends_its_session() -> None:
+async def test_sdk_client_initializes_lists_calls_and_ends_its_session() -> None:
+    # Progress, cancellation and list_changed over HTTP: the `transport` tests of test_mcp.py.
     with trio.fail_after(DEADLINE):
         async with http_server() as server:
             async with sdk_session(server.url) as s:
                 tools = {t.name for t in (await s.list_tools()).tools}
                 assert {"add", "echo", "progress"} <= tools
                 assert text_of(await s.call_tool("add", {"a": 2, "b": 3})) == "5"
-                seen: list[float] = []
-
-                async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-                    seen.append(progress)
-
-                result = await s.call_tool("progress", {"count": 20}, progress_callback=on_progress)
-                assert text_of(result) == "done"
-                assert seen and seen == sorted(seen) and seen[-1] == 20
             # The client sent DELETE on exit: the server forgot the session (and kept serving).
             async with httpx2.AsyncClient() as client:
                 assert (await client.post(server.url, json=INIT, headers=JSON_AND_SSE)).status_code == 200
-
-
-async def test_sdk_client_cancel_stops_the_call_through_the_ladder(tmp_path: Path) -> None:
-    extra = tmp_path / "extra.py"
-    extra.write_text(EXTRA_TOOLS)
-    with trio.fail_after(DEADLINE):
-        async with http_server(BASIC, str(extra)) as server, sdk_session(server.url) as s:
-            async with trio.open_nursery() as nursery:
-                scope, message, results = await start_busy(nursery, s, "stubborn")
-                pid = int(message.split()[1])
-                scope.cancel()  # the SDK POSTs notifications/cancelled
-            await wait_exited(pid)
-            assert results == []
-            assert text_of(await s.call_tool("echo", {"text": "still here"})) == "still here"
-
-
-async def test_tools_list_changed_reaches_the_get_stream(tmp_path: Path) -> None:
-    folder = tmp_path / "tools"
-    folder.mkdir()
-    tool_module(folder, "a", "alpha", "first")
-    send, receive = trio.open_memory_channel[None](10)
-
-    async def on_message(message: Any) -> None:
-        if isinstance(message, mcp_types.ToolListChangedNotification):
-            await send.send(None)
-
-    with trio.fail_after(DEADLINE * 2):
-        async with http_server(str(folder)) as server, sdk_session(server.url, message_handler=on_message) as s:
-            assert [t.name for t in (await s.list_tools()).tools] == ["alpha"]
-            tool_module(folder, "b", "beta", "second")
-            await receive.receive()
-            assert {t.name for t in (await s.list_tools()).tools} == {"alpha", "beta"}
 
 
 async def test_a_client_gone_mid_call_stops_the_call(tmp_path: Path) -> None:
