@@ -93,20 +93,24 @@ class HttpConnection:
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
         length = headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > self._max_body:
-            raise HttpError(413, f"the body is {length} bytes; the limit is {self._max_body} bytes")
+            raise HttpError(413, f"message too large: {length} bytes; {self._limit()}")
         body = bytearray()
         while True:
             event = await self._next_event()
             if isinstance(event, h11.Data):
                 body += event.data
                 if len(body) > self._max_body:
-                    raise HttpError(413, f"the body is over the limit of {self._max_body} bytes")
+                    raise HttpError(413, f"message too large: {len(body)} bytes and more; {self._limit()}")
             elif isinstance(event, h11.EndOfMessage):
                 break
             else:
                 raise HttpError(400, "the request ended before its body")
         target = head.target.decode("latin-1")
         return HttpRequest(head.method.decode("ascii"), target.split("?", 1)[0], headers, bytes(body))
+
+    def _limit(self) -> str:
+        # stdio's wording: what the client reads names the flag to change.
+        return f"the limit is {self._max_body} bytes (--max-message-bytes)"
 
     async def _next_event(self) -> h11.Event | type[h11.NEED_DATA] | type[h11.PAUSED]:
         while True:

@@ -158,16 +158,17 @@ def test_an_empty_prefix_in_a_policy_is_a_config_error() -> None:
 
 
 async def test_an_mcp_clients_env_reaches_tools_it_names_with_pass_env(
-    tools: Path, monkeypatch: pytest.MonkeyPatch
+    tools: Path, monkeypatch: pytest.MonkeyPatch, transport: str
 ) -> None:
-    from .test_mcp import DEADLINE, session, text_of
+    from ._mcp_clients import DEADLINE, open_session
+    from .test_mcp import text_of
 
     # What a client's "env" map in its server registration becomes: serve's own environment.
     monkeypatch.setenv("MY_SETTING", "from-the-client")
     with trio.fail_after(DEADLINE):
-        async with session(str(tools), options=("--pass-env", "MY_SETTING")) as s:
+        async with open_session(transport, str(tools), options=("--pass-env", "MY_SETTING")) as s:
             passed = await s.call_tool("needs", {"name": "MY_SETTING"})
-        async with session(str(tools)) as s:
+        async with open_session(transport, str(tools)) as s:
             dropped = await s.call_tool("needs", {"name": "MY_SETTING"})
     assert not passed.is_error and text_of(passed) == "from-the-client"
     assert dropped.is_error and "--pass-env MY_SETTING" in text_of(dropped)

@@ -1,15 +1,11 @@
 """MCP tests: `xcsh-run serve` as a subprocess, driven by the official SDK client.
 
-Most tests use the official `mcp` SDK (`stdio_client` + `ClientSession`, and
-the high-level `Client`) on trio, through anyio. What the SDK hides (error
-responses to garbage, the absence of a response, what exactly is on stdout)
-is checked on a raw subprocess. FastMCP's client, which needs asyncio, runs in
-a plain test of its own.
-
-The SDK gives a server only an allowlist of the environment; the tests pass
-theirs whole, so that every process carries the session's test mark (and the
-test's HOME and cache), and the autouse ``no_survivors`` fixture fails any
-test that leaves one behind.
+Most tests use the official `mcp` SDK (``ClientSession``, and the high-level
+``Client``) on trio, through anyio; those that take the ``transport`` fixture
+run over stdio and over Streamable HTTP (tests/_mcp_clients.py). What the SDK
+hides (error responses to garbage, the absence of a response, what exactly is
+on stdout) is checked on a raw stdio subprocess. FastMCP's client, which needs
+asyncio, runs in a plain test of its own.
 """
 
 from __future__ import annotations
@@ -20,7 +16,7 @@ import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +32,8 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERS
 
 from runner import open_runner
 
-from .conftest import TOOLS, XCSH_RUN, marked_processes
-
-BASIC = str(TOOLS / "basic.py")
-HOSTILE = str(TOOLS / "hostile.py")
-DEADLINE = 30  # seconds; every test runs under one
+from ._mcp_clients import BASIC, DEADLINE, HOSTILE, open_session, serve_args, stdio_session
+from .conftest import XCSH_RUN, marked_processes
 
 # Tools written into each test's directory: a hidden one, a labelled one, and
 # busy tools that report their worker's pid in their first update.
@@ -98,13 +91,6 @@ def extra(tmp_path: Path) -> str:
     return str(path)
 
 
-def serve_args(*tools: str, options: tuple[str, ...] = ()) -> list[str]:
-    args = ["serve", "--grace", "0.5"]
-    for tool in tools or (BASIC, HOSTILE):
-        args += ["--tools", tool]
-    return [*args, *options]
-
-
 def error_of(result: mcp_types.CallToolResult) -> dict[str, Any]:
     assert result.is_error, result
     assert result.meta is not None
@@ -118,23 +104,11 @@ def text_of(result: mcp_types.CallToolResult) -> str:
     return "\n".join(b.text for b in result.content if isinstance(b, mcp_types.TextContent))
 
 
-@asynccontextmanager
-async def session(
-    *tools: str,
-    options: tuple[str, ...] = (),
-    message_handler: Callable[[Any], Awaitable[None]] | None = None,
-) -> AsyncIterator[ClientSession]:
-    """An initialized SDK session with `xcsh-run serve`; its stderr goes to serve.log."""
-    params = StdioServerParameters(
-        command=XCSH_RUN, args=serve_args(*tools, options=options), env=dict(os.environ), cwd=os.getcwd()
-    )
-    with open("serve.log", "w") as log:
-        async with (
-            stdio_client(params, errlog=log) as (read, write),
-            ClientSession(read, write, read_timeout_seconds=DEADLINE, message_handler=message_handler) as s,
-        ):
-            await s.initialize()
-            yield s
+def session(
+    *tools: str, options: tuple[str, ...] = (), message_handler: Callable[[Any], Awaitable[None]] | None = None
+) -> AbstractAsyncContextManager[ClientSession]:
+    """An initialized SDK session with `xcsh-run serve` on stdio; its stderr goes to serve.log."""
+    return stdio_session(*tools, options=options, message_handler=message_handler)
 
 
 async def start_busy(
@@ -176,6 +150,7 @@ async def wait_exited(pid: int) -> None:
 
 
 async def test_initialize_negotiates_the_sdks_latest_handshake_version() -> None:
+    """Stdio: the SDK's handshake on its own (over HTTP: tests/test_mcp_http.py)."""
     with trio.fail_after(DEADLINE):
         params = StdioServerParameters(command=XCSH_RUN, args=serve_args(BASIC), env=dict(os.environ))
         async with stdio_client(params, errlog=sys.stderr) as (read, write), ClientSession(read, write) as s:
@@ -188,6 +163,7 @@ async def test_initialize_negotiates_the_sdks_latest_handshake_version() -> None
 
 
 async def test_high_level_client_probes_discover_then_falls_back_to_initialize() -> None:
+    """Stdio: the high-level client's probe is the same on either transport."""
     # Client(mode="auto") first sends server/discover (2026-07-28); "method not
     # found" must make it fall back to the initialize handshake.
     with trio.fail_after(DEADLINE):
@@ -200,6 +176,7 @@ async def test_high_level_client_probes_discover_then_falls_back_to_initialize()
 
 @pytest.mark.parametrize("asked", [*HANDSHAKE_PROTOCOL_VERSIONS, "2026-07-28", "1999-01-01"])
 async def test_version_negotiation_echoes_supported_versions_else_offers_the_latest(asked: str) -> None:
+    """Stdio only: raw JSON-RPC, to ask for revisions the SDK client never asks for."""
     with trio.fail_after(DEADLINE):
         async with raw_server(BASIC) as server:
             init = await server.request("initialize", {"protocolVersion": asked, "capabilities": {}, "clientInfo": {}})
@@ -214,9 +191,9 @@ async def test_version_negotiation_echoes_supported_versions_else_offers_the_lat
 # --- tools/list and tools/call ---------------------------------------------------
 
 
-async def test_list_tools_maps_label_to_title_and_leaves_hidden_tools_out(extra: str) -> None:
+async def test_list_tools_maps_label_to_title_and_leaves_hidden_tools_out(extra: str, transport: str) -> None:
     with trio.fail_after(DEADLINE):
-        async with session(BASIC, extra) as s:
+        async with open_session(transport, BASIC, extra) as s:
             tools = {t.name: t for t in (await s.list_tools()).tools}
             assert "secret" not in tools
             assert {"echo", "add", "progress", "shown", "spin"} <= set(tools)
@@ -233,9 +210,9 @@ async def test_list_tools_maps_label_to_title_and_leaves_hidden_tools_out(extra:
             assert text_of(await s.call_tool("secret", {})) == "secret!"
 
 
-async def test_call_tool_returns_content_and_details() -> None:
+async def test_call_tool_returns_content_and_details(transport: str) -> None:
     with trio.fail_after(DEADLINE):
-        async with session(BASIC) as s:
+        async with open_session(transport, BASIC) as s:
             result = await s.call_tool("add", {"a": 2, "b": 3})
             assert not result.is_error
             assert text_of(result) == "5"
@@ -246,9 +223,9 @@ async def test_call_tool_returns_content_and_details() -> None:
             assert text_of(result) == "ababab"
 
 
-async def test_progress_notifications_count_up_to_the_last_update() -> None:
+async def test_progress_notifications_count_up_to_the_last_update(transport: str) -> None:
     with trio.fail_after(DEADLINE):
-        async with session(BASIC) as s:
+        async with open_session(transport, BASIC) as s:
             seen: list[float] = []
             last = trio.Event()
 
@@ -268,9 +245,9 @@ async def test_progress_notifications_count_up_to_the_last_update() -> None:
 
 
 @pytest.mark.parametrize("tool", ["busy_loop", "sleeper", "async_sleeper"])
-async def test_cancelling_a_hostile_tool_keeps_the_session_usable(tool: str) -> None:
+async def test_cancelling_a_hostile_tool_keeps_the_session_usable(tool: str, transport: str) -> None:
     with trio.fail_after(DEADLINE):
-        async with session() as s, trio.open_nursery() as nursery:
+        async with open_session(transport) as s, trio.open_nursery() as nursery:
             scope, message, results = await start_busy(nursery, s, tool)
             assert message == "started"  # the tool's first update, as the progress message
             scope.cancel()  # the SDK sends notifications/cancelled for the request
@@ -280,9 +257,9 @@ async def test_cancelling_a_hostile_tool_keeps_the_session_usable(tool: str) -> 
 
 
 @pytest.mark.parametrize("tool", ["spin", "stubborn"])
-async def test_cancel_kills_the_worker_through_the_ladder(extra: str, tool: str) -> None:
+async def test_cancel_kills_the_worker_through_the_ladder(extra: str, tool: str, transport: str) -> None:
     with trio.fail_after(DEADLINE):
-        async with session(BASIC, extra) as s:
+        async with open_session(transport, BASIC, extra) as s:
             async with trio.open_nursery() as nursery:
                 scope, message, _ = await start_busy(nursery, s, tool)
                 pid = int(message.split()[1])
@@ -297,9 +274,11 @@ async def test_cancel_kills_the_worker_through_the_ladder(extra: str, tool: str)
     ("tool", "evidence"),
     [("os_exit", {"exit_code": 13}), ("segfault", {"signal": "SIGSEGV"}), ("sigkill_self", {"signal": "SIGKILL"})],
 )
-async def test_a_crash_is_an_error_result_and_the_session_survives(tool: str, evidence: dict[str, Any]) -> None:
+async def test_a_crash_is_an_error_result_and_the_session_survives(
+    tool: str, evidence: dict[str, Any], transport: str
+) -> None:
     with trio.fail_after(DEADLINE):
-        async with session() as s:
+        async with open_session(transport) as s:
             result = await s.call_tool(tool, {})
             error = error_of(result)
             assert error["kind"] == "crashed"
@@ -323,6 +302,7 @@ async def test_a_crash_is_an_error_result_and_the_session_survives(tool: str, ev
     ],
 )
 async def test_every_failure_kind_is_an_is_error_result(tool: str, arguments: dict[str, Any], kind: str) -> None:
+    """Stdio only: a kind is rendered alike on both transports (crashes, timeouts and errors run on both)."""
     with trio.fail_after(DEADLINE):
         async with session(BASIC) as s:
             result = await s.call_tool(tool, arguments)
@@ -334,17 +314,17 @@ async def test_every_failure_kind_is_an_is_error_result(tool: str, arguments: di
                 assert error["path"].startswith("$")
 
 
-async def test_timeout_is_an_error_result_with_its_rung() -> None:
+async def test_timeout_is_an_error_result_with_its_rung(transport: str) -> None:
     with trio.fail_after(DEADLINE):
-        async with session(HOSTILE, options=("--timeout", "0.5")) as s:
+        async with open_session(transport, HOSTILE, options=("--timeout", "0.5")) as s:
             error = error_of(await s.call_tool("sleeper", {}))
             assert error["kind"] == "timeout"
             assert error["rung"] in ("cooperative", "killed")
 
 
-async def test_a_long_call_does_not_block_other_requests() -> None:
+async def test_a_long_call_does_not_block_other_requests(transport: str) -> None:
     with trio.fail_after(DEADLINE):
-        async with session() as s, trio.open_nursery() as nursery:
+        async with open_session(transport) as s, trio.open_nursery() as nursery:
             scope, _, results = await start_busy(nursery, s, "busy_loop")
             await s.send_ping()
             assert "busy_loop" in {t.name for t in (await s.list_tools()).tools}
@@ -353,17 +333,19 @@ async def test_a_long_call_does_not_block_other_requests() -> None:
             scope.cancel()
 
 
-async def test_oversized_request_from_the_sdk_fails_that_request_only() -> None:
+async def test_oversized_request_from_the_sdk_fails_that_request_only(transport: str) -> None:
     with trio.fail_after(DEADLINE):
-        async with session(BASIC, options=("--max-message-bytes", "4096")) as s:
+        async with open_session(transport, BASIC, options=("--max-message-bytes", "4096")) as s:
             with pytest.raises(MCPError) as caught:
                 await s.call_tool("echo", {"text": "x" * 10_000})
             assert caught.value.code == -32600
-            assert "too large" in caught.value.error.message
+            # The same words over stdio (a line) and HTTP (a 413): what to change, and where.
+            assert "message too large: " in caught.value.error.message
+            assert "the limit is 4096 bytes (--max-message-bytes)" in caught.value.error.message
             assert text_of(await s.call_tool("echo", {"text": "x" * 3000})) == "x" * 3000
 
 
-async def test_tools_list_changed_when_tool_files_change(tmp_path: Path) -> None:
+async def test_tools_list_changed_when_tool_files_change(tmp_path: Path, transport: str) -> None:
     folder = tmp_path / "tools"
     folder.mkdir()
     tool_module(folder, "a", "alpha", "first")
@@ -377,7 +359,7 @@ async def test_tools_list_changed_when_tool_files_change(tmp_path: Path) -> None
         return {t.name: t.description for t in (await s.list_tools()).tools}
 
     with trio.fail_after(DEADLINE * 2):
-        async with session(str(folder), message_handler=on_message) as s:
+        async with open_session(transport, str(folder), message_handler=on_message) as s:
             assert await names(s) == {"alpha": "first"}
             tool_module(folder, "b", "beta", "second")  # a new file in a watched folder
             await receive.receive()
@@ -419,7 +401,9 @@ def factory(api):
 """
 
 
-async def test_a_reload_serves_new_calls_while_calls_in_flight_finish_on_the_old_runner(tmp_path: Path) -> None:
+async def test_a_reload_serves_new_calls_while_calls_in_flight_finish_on_the_old_runner(
+    tmp_path: Path, transport: str
+) -> None:
     folder = tmp_path / "tools"
     folder.mkdir()
     fifo = tmp_path / "gate"
@@ -432,7 +416,7 @@ async def test_a_reload_serves_new_calls_while_calls_in_flight_finish_on_the_old
             changed.set()
 
     with trio.fail_after(DEADLINE * 2):
-        async with session(str(folder), message_handler=on_message) as s:
+        async with open_session(transport, str(folder), message_handler=on_message) as s:
             async with trio.open_nursery() as nursery:
                 _, message, results = await start_busy(nursery, s, "gate")
                 old_worker = int(message.split()[1])
@@ -731,6 +715,7 @@ GARBAGE: list[tuple[bytes, int, object]] = [
 
 
 async def test_garbage_gets_json_rpc_errors_and_the_server_keeps_serving() -> None:
+    """Stdio only: raw bytes on stdin (HTTP's malformed bodies: tests/test_mcp_http.py)."""
     with trio.fail_after(DEADLINE):
         async with raw_server(BASIC) as server:
             await server.initialize()
@@ -754,6 +739,7 @@ async def test_garbage_gets_json_rpc_errors_and_the_server_keeps_serving() -> No
 
 @pytest.mark.parametrize("limit", [4096, None])
 async def test_oversized_lines_are_rejected_and_the_server_keeps_serving(limit: int | None) -> None:
+    """Stdio only: raw lines over the limit (HTTP's 413: tests/test_mcp_http.py)."""
     size = 10_000 if limit is not None else 16 * 2**20 + 1000
     options = ("--max-message-bytes", str(limit)) if limit is not None else ()
     with trio.fail_after(DEADLINE):
@@ -779,6 +765,7 @@ async def test_oversized_lines_are_rejected_and_the_server_keeps_serving(limit: 
 
 
 async def test_progress_precedes_the_response_on_the_wire() -> None:
+    """Stdio only: the order of lines on stdout."""
     with trio.fail_after(DEADLINE):
         async with raw_server(BASIC) as server:
             await server.initialize()
@@ -798,6 +785,7 @@ async def test_progress_precedes_the_response_on_the_wire() -> None:
 
 
 async def test_a_cancelled_request_gets_no_response(extra: str) -> None:
+    """Stdio only: what is *not* on stdout, read to the end."""
     with trio.fail_after(DEADLINE):
         async with raw_server(BASIC, extra) as server:
             await server.initialize()
@@ -825,6 +813,7 @@ async def test_a_cancelled_request_gets_no_response(extra: str) -> None:
 
 
 async def test_stdin_eof_stops_calls_and_exits_zero_with_no_worker_left() -> None:
+    """Stdio only: the end of stdin is stdio's own way to end a session."""
     with trio.fail_after(DEADLINE):
         async with raw_server() as server:
             await server.initialize()
@@ -844,6 +833,7 @@ async def test_stdin_eof_stops_calls_and_exits_zero_with_no_worker_left() -> Non
 
 
 async def test_stdout_carries_nothing_but_protocol_whatever_tools_print() -> None:
+    """Stdio only: the bytes on stdout."""
     with trio.fail_after(DEADLINE):
         async with raw_server() as server:
             await server.initialize()
@@ -865,6 +855,7 @@ async def test_stdout_carries_nothing_but_protocol_whatever_tools_print() -> Non
 
 
 def test_fastmcp_client_lists_calls_streams_and_sees_errors(extra: str) -> None:
+    """Stdio: another client, on the transport clients register most."""
     # FastMCP's stdio transport needs asyncio, so this test runs its own loop.
     import asyncio
 

@@ -2,8 +2,9 @@
 structuredContent, output schemas, annotations and icons per revision, and errors a model can read.
 
 Driven like tests/test_mcp.py: `xcsh-run serve` as a subprocess, the official SDK client (which
-validates results against the output schemas it listed), and raw JSON-RPC where a revision other
-than the SDK's must be negotiated. The tool module is tests/tools/content.py.
+validates results against the output schemas it listed) over stdio and Streamable HTTP, and raw
+JSON-RPC on stdio where a revision other than the SDK's must be negotiated. The tool module is
+tests/tools/content.py.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ import trio
 
 from runner import open_runner
 
+from ._mcp_clients import DEADLINE, open_session
 from .conftest import TOOLS, XCSH_RUN
-from .test_mcp import DEADLINE, RawServer, error_of, raw_server, session, text_of
+from .test_mcp import RawServer, error_of, raw_server, text_of
 from .tools.content import BLOCKS, PNG, WAV
 
 CONTENT = str(TOOLS / "content.py")
@@ -44,9 +46,9 @@ def wire(result: mcp_types.CallToolResult) -> list[dict[str, Any]]:
 # --- content blocks -----------------------------------------------------------------
 
 
-async def test_every_content_block_type_reaches_the_client_unchanged() -> None:
+async def test_every_content_block_type_reaches_the_client_unchanged(transport: str) -> None:
     with trio.fail_after(DEADLINE):
-        async with session(CONTENT) as s:
+        async with open_session(transport, CONTENT) as s:
             result = await s.call_tool("blocks", {})
             assert not result.is_error, result
             assert wire(result) == BLOCKS
@@ -61,9 +63,9 @@ async def test_every_content_block_type_reaches_the_client_unchanged() -> None:
             ]
 
 
-async def test_the_authoring_structs_become_the_same_blocks() -> None:
+async def test_the_authoring_structs_become_the_same_blocks(transport: str) -> None:
     with trio.fail_after(DEADLINE):
-        async with session(CONTENT) as s:
+        async with open_session(transport, CONTENT) as s:
             result = await s.call_tool("structs", {})
             assert not result.is_error, result
             assert [b["type"] for b in wire(result)] == ["text", "image", "audio", "resource", "resource_link"]
@@ -85,9 +87,9 @@ async def test_the_authoring_structs_become_the_same_blocks() -> None:
         ("bad_audience", "content[1].annotations.audience must be a list of 'user' and/or 'assistant'"),
     ],
 )
-async def test_a_malformed_block_is_a_tool_error_that_says_how_to_fix_it(which: str, says: str) -> None:
+async def test_a_malformed_block_is_a_tool_error_that_says_how_to_fix_it(which: str, says: str, transport: str) -> None:
     with trio.fail_after(DEADLINE):
-        async with session(CONTENT) as s:
+        async with open_session(transport, CONTENT) as s:
             result = await s.call_tool("bad_block", {"which": which})
             assert error_of(result)["kind"] == "tool_error"
             assert says in text_of(result)
@@ -98,6 +100,7 @@ async def test_a_malformed_block_is_a_tool_error_that_says_how_to_fix_it(which: 
     [("2024-11-05", {"text", "image", "resource"}), ("2025-03-26", {"text", "image", "audio", "resource"})],
 )
 async def test_older_revisions_get_blocks_they_do_not_know_as_a_text_summary(version: str, native: set[str]) -> None:
+    """Stdio only: raw JSON-RPC, to negotiate revisions the SDK client never asks for (rendering is per session)."""
     with trio.fail_after(DEADLINE):
         async with raw_server(CONTENT) as server:
             result = await call_raw(server, version, "blocks")
@@ -115,9 +118,11 @@ async def test_older_revisions_get_blocks_they_do_not_know_as_a_text_summary(ver
 # --- details as structuredContent, output schemas ----------------------------------------
 
 
-async def test_object_details_are_structured_content_with_a_json_text_block_when_there_is_no_text() -> None:
+async def test_object_details_are_structured_content_with_a_json_text_block_when_there_is_no_text(
+    transport: str,
+) -> None:
     with trio.fail_after(DEADLINE):
-        async with session(CONTENT) as s:
+        async with open_session(transport, CONTENT) as s:
             details = {"rows": 3, "names": ["a", "b"]}
             result = await s.call_tool("structured", {"text": "three rows", "details": details})
             assert result.structured_content == details
@@ -133,9 +138,9 @@ async def test_object_details_are_structured_content_with_a_json_text_block_when
             assert result.meta == {"xcsh-run/details": [1, 2]}
 
 
-async def test_output_schemas_are_listed_and_conforming_details_pass_the_clients_validation() -> None:
+async def test_output_schemas_are_listed_and_conforming_details_pass_the_clients_validation(transport: str) -> None:
     with trio.fail_after(DEADLINE):
-        async with session(CONTENT) as s:
+        async with open_session(transport, CONTENT) as s:
             tools = {t.name: t for t in (await s.list_tools()).tools}
             assert tools["answer"].output_schema is not None
             assert tools["answer"].output_schema["required"] == ["total", "items"]
@@ -161,9 +166,11 @@ async def test_output_schemas_are_listed_and_conforming_details_pass_the_clients
         (None, "the result has no details", "$"),
     ],
 )
-async def test_details_that_do_not_match_the_output_schema_are_a_tool_error(details: Any, says: str, path: str) -> None:
+async def test_details_that_do_not_match_the_output_schema_are_a_tool_error(
+    details: Any, says: str, path: str, transport: str
+) -> None:
     with trio.fail_after(DEADLINE):
-        async with session(CONTENT) as s:
+        async with open_session(transport, CONTENT) as s:
             result = await s.call_tool("answer", {"details": details} if details is not None else {})
             error = error_of(result)
             assert error["kind"] == "tool_error"
@@ -186,9 +193,9 @@ async def test_the_runner_applies_the_output_schema_too() -> None:
 # --- annotations, title, icons -------------------------------------------------------------
 
 
-async def test_annotations_and_icons_reach_the_sdk_client() -> None:
+async def test_annotations_and_icons_reach_the_sdk_client(transport: str) -> None:
     with trio.fail_after(DEADLINE):
-        async with session(CONTENT) as s:
+        async with open_session(transport, CONTENT) as s:
             tools = {t.name: t for t in (await s.list_tools()).tools}
             annotated = tools["annotated"]
             assert annotated.title == "Annotated Tool"
@@ -212,6 +219,7 @@ async def test_annotations_and_icons_reach_the_sdk_client() -> None:
 
 @pytest.mark.parametrize("version", ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"])
 async def test_tool_metadata_is_served_per_negotiated_revision(version: str) -> None:
+    """Stdio only: raw JSON-RPC, to negotiate revisions the SDK client never asks for (rendering is per session)."""
     with trio.fail_after(DEADLINE):
         async with raw_server(CONTENT) as server:
             init = {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}
@@ -232,6 +240,7 @@ async def test_tool_metadata_is_served_per_negotiated_revision(version: str) -> 
 
 
 async def test_instructions_speak_to_the_model() -> None:
+    """Stdio only: the initialize result as sent, on the raw wire."""
     with trio.fail_after(DEADLINE):
         async with raw_server(CONTENT) as server:
             init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}
@@ -249,9 +258,9 @@ def assert_no_host_paths(text: str, *paths: str) -> None:
     assert "Traceback" not in text
 
 
-async def test_a_raising_tool_leaves_no_host_path_or_traceback_in_what_the_model_reads() -> None:
+async def test_a_raising_tool_leaves_no_host_path_or_traceback_in_what_the_model_reads(transport: str) -> None:
     with trio.fail_after(DEADLINE):
-        async with session(CONTENT) as s:
+        async with open_session(transport, CONTENT) as s:
             result = await s.call_tool("fails", {})
             assert result.is_error
             served = os.getcwd()
@@ -270,9 +279,9 @@ async def test_a_raising_tool_leaves_no_host_path_or_traceback_in_what_the_model
         assert "FileNotFoundError" in log and CONTENT in log
 
 
-async def test_a_crashing_tool_keeps_its_stderr_out_of_what_the_model_reads() -> None:
+async def test_a_crashing_tool_keeps_its_stderr_out_of_what_the_model_reads(transport: str) -> None:
     with trio.fail_after(DEADLINE):
-        async with session(CONTENT) as s:
+        async with open_session(transport, CONTENT) as s:
             result = await s.call_tool("dies", {})
             error = error_of(result)
             assert error["kind"] == "crashed"

@@ -1,30 +1,28 @@
 """MCP logging, elicitation and ``resolve``: `xcsh-run serve` driven by the official SDK client and on the raw wire.
 
 What the SDK hands to callbacks in tasks of their own (so in no fixed order)
-is checked for content there; the order of messages, and what is *not* sent,
-on the raw wire, where stdout is read line by line.
+is checked for content there, over stdio and Streamable HTTP (the
+``transport`` fixture); the order of messages, and what is *not* sent, on the
+raw stdio wire, where stdout is read line by line.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import mcp_types
 import pytest
 import trio
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
+from mcp import ClientSession
 from mcp.shared.exceptions import MCPDeprecationWarning
 
 from runner._mcp_logging import MAX_QUEUED
 
-from .conftest import XCSH_RUN
-from .test_mcp import DEADLINE, error_of, raw_server, serve_args, text_of, wait_exited
+from ._mcp_clients import DEADLINE, open_session
+from .test_mcp import error_of, raw_server, text_of, wait_exited
 
 # A log record at load (outside any call), tools that log, prompt, flood and leave a pending action.
 FEATURES = """
@@ -87,21 +85,6 @@ def tools(tmp_path: Path) -> str:
     return str(path)
 
 
-@asynccontextmanager
-async def session(*tools: str, options: tuple[str, ...] = (), **callbacks: Any) -> AsyncIterator[ClientSession]:
-    """An initialized SDK session with `xcsh-run serve`, with the given callbacks; its stderr goes to serve.log."""
-    params = StdioServerParameters(
-        command=XCSH_RUN, args=serve_args(*tools, options=options), env=dict(os.environ), cwd=os.getcwd()
-    )
-    with open("serve.log", "w") as log:
-        async with (
-            stdio_client(params, errlog=log) as (read, write),
-            ClientSession(read, write, read_timeout_seconds=DEADLINE, **callbacks) as s,
-        ):
-            await s.initialize()
-            yield s
-
-
 def between(messages: list[dict[str, Any]], request_id: int) -> list[dict[str, Any]]:
     """The log notifications received before the response to ``request_id`` (and after the previous response)."""
     out: list[dict[str, Any]] = []
@@ -119,6 +102,7 @@ def between(messages: list[dict[str, Any]], request_id: int) -> list[dict[str, A
 
 
 async def test_logging_is_declared_and_records_of_a_call_honour_the_sessions_level(tools: str) -> None:
+    """Stdio only: records and responses are read in order on the raw stdout lines (the SDK test below: both)."""
     with trio.fail_after(DEADLINE):
         async with raw_server(tools) as server:
             init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}
@@ -148,6 +132,7 @@ async def test_logging_is_declared_and_records_of_a_call_honour_the_sessions_lev
 
 
 async def test_a_flooding_logger_is_bounded_and_every_dropped_record_is_counted(tools: str, tmp_path: Path) -> None:
+    """Stdio only: the bound is reached by not reading stdout, so that the pipe and the queues fill."""
     with trio.fail_after(DEADLINE):
         async with raw_server(tools) as server:
             await server.initialize()
@@ -169,14 +154,14 @@ async def test_a_flooding_logger_is_bounded_and_every_dropped_record_is_counted(
             assert len(numbers) < 1000 - MAX_QUEUED
 
 
-async def test_the_sdk_client_gets_records_through_its_logging_callback(tools: str) -> None:
+async def test_the_sdk_client_gets_records_through_its_logging_callback(tools: str, transport: str) -> None:
     send, receive = trio.open_memory_channel[mcp_types.LoggingMessageNotificationParams](10)
 
     async def on_log(params: mcp_types.LoggingMessageNotificationParams) -> None:
         await send.send(params)
 
     with trio.fail_after(DEADLINE):
-        async with session(tools, logging_callback=on_log) as s:
+        async with open_session(transport, tools, logging_callback=on_log) as s:
             with pytest.warns(MCPDeprecationWarning):  # the stateless 2026-07-28 era drops setLevel
                 await s.set_logging_level("debug")
             assert text_of(await s.call_tool("chatty", {"tag": "sdk"})) == "done sdk"
@@ -206,7 +191,7 @@ ANSWERS: list[tuple[str, Any, Any]] = [
 ]
 
 
-async def test_prompts_become_elicitation_requests_and_their_answers_come_back(tools: str) -> None:
+async def test_prompts_become_elicitation_requests_and_their_answers_come_back(tools: str, transport: str) -> None:
     asked: list[mcp_types.ElicitRequestParams] = []
     script: list[Any] = []
 
@@ -215,7 +200,7 @@ async def test_prompts_become_elicitation_requests_and_their_answers_come_back(t
         return script.pop(0)
 
     with trio.fail_after(DEADLINE * 2):
-        async with session(tools, elicitation_callback=on_elicit) as s:
+        async with open_session(transport, tools, elicitation_callback=on_elicit) as s:
             for kind, answer, expected in ANSWERS:
                 script.append(answer)
                 result = json.loads(text_of(await s.call_tool("ask", {"kind": kind})))
@@ -228,17 +213,20 @@ async def test_prompts_become_elicitation_requests_and_their_answers_come_back(t
     assert all(s["required"] == [next(iter(s["properties"]))] for s in schemas.values())
 
 
-async def test_without_the_capability_there_is_no_ui_and_prompts_get_the_no_op_answer(tools: str) -> None:
+async def test_without_the_capability_there_is_no_ui_and_prompts_get_the_no_op_answer(
+    tools: str, transport: str
+) -> None:
     with trio.fail_after(DEADLINE):
-        async with session(tools) as s:
+        async with open_session(transport, tools) as s:
             for kind, value in [("confirm", False), ("select", None), ("input", None)]:
                 result = json.loads(text_of(await s.call_tool("ask", {"kind": kind})))
                 assert result == {"has_ui": False, "value": value}
 
 
-async def test_a_call_cancelled_while_its_prompt_is_open_withdraws_the_prompt(tools: str) -> None:
+async def test_a_call_cancelled_while_its_prompt_is_open_withdraws_the_prompt(tools: str, transport: str) -> None:
     asking = trio.Event()
     withdrawn = trio.Event()
+    started = trio.Event()
     pid: list[int] = []
 
     async def on_elicit(ctx: Any, params: mcp_types.ElicitRequestParams) -> Any:
@@ -253,9 +241,10 @@ async def test_a_call_cancelled_while_its_prompt_is_open_withdraws_the_prompt(to
     async def on_progress(progress: float, total: float | None, text: str | None) -> None:
         if text is not None and not pid:
             pid.append(int(text.split()[1]))
+            started.set()
 
     with trio.fail_after(DEADLINE):
-        async with session(tools, elicitation_callback=on_elicit) as s:
+        async with open_session(transport, tools, elicitation_callback=on_elicit) as s:
             async with trio.open_nursery() as nursery:
                 scope = trio.CancelScope()
 
@@ -265,9 +254,12 @@ async def test_a_call_cancelled_while_its_prompt_is_open_withdraws_the_prompt(to
 
                 nursery.start_soon(call)
                 await asking.wait()
+                # The update and the prompt travel apart (and the SDK runs each
+                # callback in a task of its own): once the call is cancelled its
+                # progress is no longer delivered, so the pid is awaited first.
+                await started.wait()
                 scope.cancel()
             await withdrawn.wait()
-            assert pid
             await wait_exited(pid[0])  # the call went through the ladder
             result = json.loads(text_of(await s.call_tool("ask", {"kind": "input"})))
             assert result == {"has_ui": True, "value": "again"}
@@ -276,7 +268,7 @@ async def test_a_call_cancelled_while_its_prompt_is_open_withdraws_the_prompt(to
 # --- resolve ----------------------------------------------------------------------------------------
 
 
-async def test_resolve_is_listed_while_a_pending_action_waits_with_list_changed(tools: str) -> None:
+async def test_resolve_is_listed_while_a_pending_action_waits_with_list_changed(tools: str, transport: str) -> None:
     send, receive = trio.open_memory_channel[None](10)
 
     async def on_message(message: Any) -> None:
@@ -287,7 +279,7 @@ async def test_resolve_is_listed_while_a_pending_action_waits_with_list_changed(
         return {t.name for t in (await s.list_tools()).tools}
 
     with trio.fail_after(DEADLINE):
-        async with session(tools, message_handler=on_message) as s:
+        async with open_session(transport, tools, message_handler=on_message) as s:
             assert "resolve" not in await names(s)
             assert "Call `resolve`" in text_of(await s.call_tool("prepare", {}))
             await receive.receive()
@@ -324,6 +316,7 @@ class Collected:
 
 
 async def test_a_calls_records_reach_only_the_session_that_made_it(tools: str) -> None:
+    """No transport: two `McpSession`s (which both transports drive) on one `ToolServer`, in this process."""
     import msgspec
 
     from runner._mcp import McpSession

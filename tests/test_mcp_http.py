@@ -3,38 +3,25 @@
 Each test starts a real `xcsh-run serve --http 127.0.0.1:0` subprocess, reads
 the bound URL from its stderr (no port is ever guessed), and ends it with
 SIGTERM, checking it exits 128 + 15 with no worker left (the autouse
-``no_survivors`` fixture checks the rest).
+``no_survivors`` fixture checks the rest). What is HTTP's own is here; the
+feature tests run over both transports (``transport``, tests/_mcp_clients.py).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import httpx2
-import mcp_types
-import pytest
 import trio
-from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
 
-from .conftest import TOOLS, XCSH_RUN, marked_processes
-from .test_mcp import EXTRA_TOOLS, start_busy, text_of, tool_module, wait_exited
+from ._mcp_clients import BASIC, DEADLINE, http_server, sdk_session
+from .conftest import SDK_HTTP_LEFTOVERS
+from .test_mcp import EXTRA_TOOLS, text_of, wait_exited
 
-# The SDK's HTTP client, run on trio, leaves its SSE readers' async
-# generators to the garbage collector when it cancels its GET stream at exit
-# (httpx2 / httpcore2 internals, not this server): their ResourceWarnings only.
-pytestmark = pytest.mark.filterwarnings(
-    r"ignore:Exception ignored in. <async_generator object:pytest.PytestUnraisableExceptionWarning"
-)
+pytestmark = SDK_HTTP_LEFTOVERS
 
-BASIC = str(TOOLS / "basic.py")
-DEADLINE = 30
 JSON_AND_SSE = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 INIT = {
     "jsonrpc": "2.0",
@@ -42,67 +29,6 @@ INIT = {
     "method": "initialize",
     "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
 }
-
-
-class Server:
-    def __init__(self, process: trio.Process) -> None:
-        self.process = process
-        self.url = ""
-        self.listening = trio.Event()
-        self.stderr = bytearray()
-
-    async def read_stderr(self) -> None:
-        assert self.process.stderr is not None
-        async for chunk in self.process.stderr:
-            self.stderr += chunk
-            for line in bytes(self.stderr).splitlines():
-                if b"listening on " in line and not self.listening.is_set():
-                    self.url = line.split(b"listening on ", 1)[1].decode().strip()
-                    self.listening.set()
-
-
-@asynccontextmanager
-async def http_server(
-    *tools: str, options: tuple[str, ...] = (), env: dict[str, str] | None = None
-) -> AsyncIterator[Server]:
-    args = [XCSH_RUN, "serve", "--http", "127.0.0.1:0", "--grace", "0.5", *options]
-    for tool in tools or (BASIC,):
-        args += ["--tools", tool]
-    process = await trio.lowlevel.open_process(args, stderr=-1, env={**os.environ, **(env or {})})
-    server = Server(process)
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(server.read_stderr)
-            await server.listening.wait()
-            yield server
-            process.send_signal(signal.SIGTERM)
-            with trio.fail_after(10):
-                code = await process.wait()
-            assert code == 128 + signal.SIGTERM, server.stderr.decode()
-    finally:
-        if process.returncode is None:  # the test failed: still stop it the clean way first
-            process.send_signal(signal.SIGTERM)
-            with trio.move_on_after(10) as scope:
-                scope.shield = True
-                await process.wait()
-        if process.returncode is None:
-            process.kill()
-            with trio.move_on_after(5) as scope:
-                scope.shield = True
-                await process.wait()
-    assert marked_processes() == []
-
-
-@asynccontextmanager
-async def sdk_session(
-    url: str, message_handler: Callable[[Any], Awaitable[None]] | None = None
-) -> AsyncIterator[ClientSession]:
-    async with (
-        streamable_http_client(url) as (read, write),
-        ClientSession(read, write, read_timeout_seconds=DEADLINE, message_handler=message_handler) as s,
-    ):
-        await s.initialize()
-        yield s
 
 
 async def raw_initialize(client: httpx2.AsyncClient, url: str) -> str:
@@ -116,56 +42,17 @@ async def raw_initialize(client: httpx2.AsyncClient, url: str) -> str:
 # --- the official client ---------------------------------------------------------
 
 
-async def test_sdk_client_initializes_lists_calls_with_progress_and_ends_its_session() -> None:
+async def test_sdk_client_initializes_lists_calls_and_ends_its_session() -> None:
+    # Progress, cancellation and list_changed over HTTP: the `transport` tests of test_mcp.py.
     with trio.fail_after(DEADLINE):
         async with http_server() as server:
             async with sdk_session(server.url) as s:
                 tools = {t.name for t in (await s.list_tools()).tools}
                 assert {"add", "echo", "progress"} <= tools
                 assert text_of(await s.call_tool("add", {"a": 2, "b": 3})) == "5"
-                seen: list[float] = []
-
-                async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-                    seen.append(progress)
-
-                result = await s.call_tool("progress", {"count": 20}, progress_callback=on_progress)
-                assert text_of(result) == "done"
-                assert seen and seen == sorted(seen) and seen[-1] == 20
             # The client sent DELETE on exit: the server forgot the session (and kept serving).
             async with httpx2.AsyncClient() as client:
                 assert (await client.post(server.url, json=INIT, headers=JSON_AND_SSE)).status_code == 200
-
-
-async def test_sdk_client_cancel_stops_the_call_through_the_ladder(tmp_path: Path) -> None:
-    extra = tmp_path / "extra.py"
-    extra.write_text(EXTRA_TOOLS)
-    with trio.fail_after(DEADLINE):
-        async with http_server(BASIC, str(extra)) as server, sdk_session(server.url) as s:
-            async with trio.open_nursery() as nursery:
-                scope, message, results = await start_busy(nursery, s, "stubborn")
-                pid = int(message.split()[1])
-                scope.cancel()  # the SDK POSTs notifications/cancelled
-            await wait_exited(pid)
-            assert results == []
-            assert text_of(await s.call_tool("echo", {"text": "still here"})) == "still here"
-
-
-async def test_tools_list_changed_reaches_the_get_stream(tmp_path: Path) -> None:
-    folder = tmp_path / "tools"
-    folder.mkdir()
-    tool_module(folder, "a", "alpha", "first")
-    send, receive = trio.open_memory_channel[None](10)
-
-    async def on_message(message: Any) -> None:
-        if isinstance(message, mcp_types.ToolListChangedNotification):
-            await send.send(None)
-
-    with trio.fail_after(DEADLINE * 2):
-        async with http_server(str(folder)) as server, sdk_session(server.url, on_message) as s:
-            assert [t.name for t in (await s.list_tools()).tools] == ["alpha"]
-            tool_module(folder, "b", "beta", "second")
-            await receive.receive()
-            assert {t.name for t in (await s.list_tools()).tools} == {"alpha", "beta"}
 
 
 async def test_a_client_gone_mid_call_stops_the_call(tmp_path: Path) -> None:
@@ -236,7 +123,22 @@ async def test_oversized_and_malformed_bodies_are_refused() -> None:
             httpx2.AsyncClient(timeout=DEADLINE) as client,
         ):
             big = {**INIT, "params": {**INIT["params"], "pad": "x" * 5000}}  # type: ignore[dict-item]
-            assert (await client.post(server.url, json=big, headers=JSON_AND_SSE)).status_code == 413
+            refused = await client.post(server.url, json=big, headers=JSON_AND_SSE)
+            assert refused.status_code == 413
+            limit = "the limit is 2048 bytes (--max-message-bytes)"
+            assert (
+                refused.json()["error"]["message"]
+                == f"message too large: {len(refused.request.content)} bytes; {limit}"
+            )
+
+            async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: the limit is found while reading
+                for _ in range(5):
+                    yield b"x" * 1000
+
+            chunked = await client.post(server.url, content=chunks(), headers=JSON_AND_SSE)
+            assert chunked.status_code == 413
+            assert chunked.json()["error"]["message"].startswith("message too large: ")
+            assert chunked.json()["error"]["message"].endswith(limit)
             garbage = await client.post(server.url, content=b"{nope", headers=JSON_AND_SSE)
             assert garbage.status_code == 400
             assert garbage.json()["error"]["code"] == -32700

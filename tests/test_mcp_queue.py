@@ -1,4 +1,4 @@
-"""`serve --max-workers` and the queue deadline, through the official SDK client over stdio.
+"""`serve --max-workers` and the queue deadline, through the official SDK client over stdio and Streamable HTTP.
 
 Agents issue parallel calls: a quick call must not wait behind long ones when
 the server is allowed enough workers, and a call that does wait is charged its
@@ -13,8 +13,9 @@ import mcp_types
 import trio
 from mcp import ClientSession
 
+from ._mcp_clients import DEADLINE, open_session
 from .conftest import TOOLS
-from .test_mcp import DEADLINE, error_of, session, text_of
+from .test_mcp import error_of, text_of
 
 QUEUE = str(TOOLS / "queue.py")
 LONG_CALLS = 4  # the default max_workers on a 2-core machine (max(4, 2 x cores))
@@ -36,11 +37,14 @@ async def start_holding(
     await running.wait()
 
 
-async def test_a_quick_call_runs_beside_max_workers_minus_one_long_calls(tmp_path: Path) -> None:
+async def test_a_quick_call_runs_beside_max_workers_minus_one_long_calls(tmp_path: Path, transport: str) -> None:
     release = tmp_path / "release"
     held: list[mcp_types.CallToolResult] = []
     with trio.fail_after(DEADLINE):
-        async with session(QUEUE, options=("--max-workers", str(LONG_CALLS + 1))) as s, trio.open_nursery() as nursery:
+        async with (
+            open_session(transport, QUEUE, options=("--max-workers", str(LONG_CALLS + 1))) as s,
+            trio.open_nursery() as nursery,
+        ):
             for _ in range(LONG_CALLS):
                 await start_holding(nursery, s, release, held)
             start = trio.current_time()
@@ -54,12 +58,14 @@ async def test_a_quick_call_runs_beside_max_workers_minus_one_long_calls(tmp_pat
     assert len(held) == LONG_CALLS and not any(r.is_error for r in held)
 
 
-async def test_past_the_queue_deadline_a_call_ends_busy_and_the_long_calls_carry_on(tmp_path: Path) -> None:
+async def test_past_the_queue_deadline_a_call_ends_busy_and_the_long_calls_carry_on(
+    tmp_path: Path, transport: str
+) -> None:
     release = tmp_path / "release"
     held: list[mcp_types.CallToolResult] = []
     options = ("--max-workers", "2", "--queue-timeout", "0.5")
     with trio.fail_after(DEADLINE):
-        async with session(QUEUE, options=options) as s:
+        async with open_session(transport, QUEUE, options=options) as s:
             async with trio.open_nursery() as nursery:
                 for _ in range(2):
                     await start_holding(nursery, s, release, held)
@@ -75,13 +81,13 @@ async def test_past_the_queue_deadline_a_call_ends_busy_and_the_long_calls_carry
     assert not after.is_error, after
 
 
-async def test_a_queued_calls_own_timeout_starts_when_it_starts(tmp_path: Path) -> None:
+async def test_a_queued_calls_own_timeout_starts_when_it_starts(tmp_path: Path, transport: str) -> None:
     # `quick` declares a 1 s timeout; it waits 1.5 s in the queue behind `hold`, then runs.
     release = tmp_path / "release"
     held: list[mcp_types.CallToolResult] = []
     results: list[mcp_types.CallToolResult] = []
     with trio.fail_after(DEADLINE):
-        async with session(QUEUE, options=("--max-workers", "1")) as s, trio.open_nursery() as nursery:
+        async with open_session(transport, QUEUE, options=("--max-workers", "1")) as s, trio.open_nursery() as nursery:
             await start_holding(nursery, s, release, held)
 
             async def queued() -> None:

@@ -1,5 +1,7 @@
 """A tool's own forms (``api.ui.elicit``) and completions (``api.sample``) through the official SDK client.
 
+Over stdio and Streamable HTTP (the ``transport`` fixture).
+
 ``api.ui.elicit(message, schema)`` sends the tool's schema as ``elicitation/create``
 and returns ``{"action", "content"}``; ``api.sample(...)`` sends
 ``sampling/createMessage`` to a client that declared ``sampling`` and returns its
@@ -18,9 +20,9 @@ import mcp_types
 import pytest
 import trio
 
+from ._mcp_clients import DEADLINE, open_session
 from .conftest import XCSH_RUN
-from .test_mcp import DEADLINE, text_of
-from .test_mcp_features import session
+from .test_mcp import text_of
 
 TOOLS = """
 import json
@@ -60,7 +62,7 @@ def tools(tmp_path: Path) -> str:
     return str(path)
 
 
-async def test_elicit_sends_the_tools_own_schema_and_returns_action_and_content(tools: str) -> None:
+async def test_elicit_sends_the_tools_own_schema_and_returns_action_and_content(tools: str, transport: str) -> None:
     asked: list[mcp_types.ElicitRequestParams] = []
     answers = [
         mcp_types.ElicitResult(action="accept", content={"name": "Grace", "size": "M"}),
@@ -74,7 +76,7 @@ async def test_elicit_sends_the_tools_own_schema_and_returns_action_and_content(
 
     results = []
     with trio.fail_after(DEADLINE):
-        async with session(tools, elicitation_callback=on_elicit) as s:
+        async with open_session(transport, tools, elicitation_callback=on_elicit) as s:
             for _ in answers:
                 results.append(json.loads(text_of(await s.call_tool("form", {}))))
     assert results == [
@@ -87,16 +89,16 @@ async def test_elicit_sends_the_tools_own_schema_and_returns_action_and_content(
     assert schema["properties"]["name"]["default"] == "Ada" and schema["properties"]["size"]["enum"] == ["S", "M", "L"]
 
 
-async def test_without_the_capability_elicit_is_cancelled_and_sample_is_none(tools: str) -> None:
+async def test_without_the_capability_elicit_is_cancelled_and_sample_is_none(tools: str, transport: str) -> None:
     with trio.fail_after(DEADLINE):
-        async with session(tools) as s:
+        async with open_session(transport, tools) as s:
             form = json.loads(text_of(await s.call_tool("form", {})))
             sampled = json.loads(text_of(await s.call_tool("think", {})))
     assert form == {"action": "cancel", "content": None}
     assert sampled is None
 
 
-async def test_sample_asks_the_clients_model_and_returns_its_result(tools: str) -> None:
+async def test_sample_asks_the_clients_model_and_returns_its_result(tools: str, transport: str) -> None:
     asked: list[mcp_types.CreateMessageRequestParams] = []
 
     async def on_sample(ctx: Any, params: mcp_types.CreateMessageRequestParams) -> Any:
@@ -109,7 +111,7 @@ async def test_sample_asks_the_clients_model_and_returns_its_result(tools: str) 
         )
 
     with trio.fail_after(DEADLINE):
-        async with session(tools, sampling_callback=on_sample) as s:
+        async with open_session(transport, tools, sampling_callback=on_sample) as s:
             answer = json.loads(text_of(await s.call_tool("think", {"prompt": "What is six times seven?"})))
     assert answer["content"] == {"type": "text", "text": "forty-two"}
     assert answer["model"] == "test-model" and answer["role"] == "assistant"
@@ -119,12 +121,12 @@ async def test_sample_asks_the_clients_model_and_returns_its_result(tools: str) 
     assert params.messages[0].content.text == "What is six times seven?"  # type: ignore[union-attr]
 
 
-async def test_a_client_that_fails_to_sample_gives_none(tools: str) -> None:
+async def test_a_client_that_fails_to_sample_gives_none(tools: str, transport: str) -> None:
     async def on_sample(ctx: Any, params: mcp_types.CreateMessageRequestParams) -> Any:
         return mcp_types.ErrorData(code=-1, message="the user rejected the sampling request")
 
     with trio.fail_after(DEADLINE):
-        async with session(tools, sampling_callback=on_sample) as s:
+        async with open_session(transport, tools, sampling_callback=on_sample) as s:
             result = await s.call_tool("think", {})
     assert not result.is_error and json.loads(text_of(result)) is None
 
