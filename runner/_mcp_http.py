@@ -61,7 +61,7 @@ from ._mcp import SUPPORTED_PROTOCOL_VERSIONS, McpSession
 from ._mcp_http_streams import EventStream, JsonReply, StreamBusy
 from ._mcp_http_wire import ConnectionGone, HttpConnection, HttpError, HttpRequest
 from ._mcp_server import ToolServer
-from ._mcp_wire import Batch, Malformed, RequestId, classify, error_line
+from ._mcp_wire import Batch, Malformed, RequestId, classify, error_line, recover_id
 
 logger = logging.getLogger("xcsh_run.mcp")
 
@@ -202,7 +202,11 @@ class HttpServer:
         try:
             return await conn.next_request()
         except HttpError as exc:
-            await self._refuse(conn, _Refused(exc.status, str(exc)), close=True)
+            request_id = recover_id(exc.head, tail=exc.tail) if exc.head else None
+            session = self._sessions.get(exc.session_id or "")
+            if request_id is not None and session is not None and session.mcp.in_flight(request_id):
+                request_id = None  # that id's answer is still to come: never a second one
+            await self._refuse(conn, _Refused(exc.status, str(exc), request_id=request_id), close=True)
             return None
 
     async def _refuse(self, conn: HttpConnection, refused: _Refused, *, close: bool = False) -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NoReturn
 
 import h11
 import trio
@@ -33,6 +33,9 @@ logger = logging.getLogger("xcsh_run.mcp")
 
 MAX_HEAD_BYTES: Final = 16384
 _READ_CHUNK: Final = 65536
+# An oversized body is read past up to this many times the limit, for its id (then dropped).
+_DRAIN_FACTOR: Final = 4
+_EDGE: Final = 1024  # bytes kept of each end of an oversized body
 REQUEST_TIMEOUT: Final = 30.0  # to read one request, once its first byte came
 IDLE_TIMEOUT: Final = 75.0  # between requests on a kept-alive connection
 SEND_TIMEOUT: Final = 30.0
@@ -53,8 +56,13 @@ class HttpRequest:
 class HttpError(Exception):
     """A request this connection refuses before anyone sees it (too large, malformed)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(
+        self, status: int, message: str, head: bytes = b"", tail: bytes = b"", session_id: str | None = None
+    ) -> None:
         self.status = status
+        # An oversized body's first and last bytes, read past so that its id can be
+        # told, and the session it names (whose ids in flight it must not reuse).
+        self.head, self.tail, self.session_id = head, tail, session_id
         super().__init__(message)
 
 
@@ -92,7 +100,8 @@ class HttpConnection:
             name, value = raw_name.decode("latin-1"), raw_value.decode("latin-1")
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
         length = headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > self._max_body:
+        declared = int(length) if length is not None and length.isdigit() and len(length) <= 18 else None
+        if declared is not None and declared > self._max_body * _DRAIN_FACTOR:
             raise HttpError(413, f"message too large: {length} bytes; {self._limit()}")
         body = bytearray()
         while True:
@@ -100,13 +109,32 @@ class HttpConnection:
             if isinstance(event, h11.Data):
                 body += event.data
                 if len(body) > self._max_body:
-                    raise HttpError(413, f"message too large: {len(body)} bytes and more; {self._limit()}")
+                    return await self._drain(body, headers.get("mcp-session-id"))
             elif isinstance(event, h11.EndOfMessage):
                 break
             else:
                 raise HttpError(400, "the request ended before its body")
         target = head.target.decode("latin-1")
         return HttpRequest(head.method.decode("ascii"), target.split("?", 1)[0], headers, bytes(body))
+
+    async def _drain(self, body: bytearray, session_id: str | None) -> NoReturn:
+        """Read past an oversized body (up to a bound), keeping its first and last KiB; then refuse it (413).
+
+        As over stdio, the refusal names the request's id when its edges tell
+        it, so that the client's call fails at once instead of waiting; a body
+        past the bound is not read further (the connection closes).
+        """
+        head, tail, size = bytes(body[:_EDGE]), bytes(body[-_EDGE:]), len(body)
+        while size <= self._max_body * _DRAIN_FACTOR:
+            event = await self._next_event()
+            if isinstance(event, h11.Data):
+                size += len(event.data)
+                tail = (tail + bytes(event.data))[-_EDGE:]
+            elif isinstance(event, h11.EndOfMessage):
+                raise HttpError(413, f"message too large: {size} bytes; {self._limit()}", head, tail, session_id)
+            else:
+                break
+        raise HttpError(413, f"message too large: {size} bytes and more; {self._limit()}")
 
     def _limit(self) -> str:
         # stdio's wording: what the client reads names the flag to change.
