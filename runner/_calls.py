@@ -188,7 +188,10 @@ class Calls:
                 pending = sent
                 answered = await self._wait_answer(call, pending, deadline)
             else:
-                with trio.CancelScope(deadline=deadline if slot is not None else queue_deadline) as scope:
+                # Out of the queue already (a token taken, and maybe no idle worker
+                # after all): its own deadline; entering a scope whose deadline has
+                # passed cancels it for good, so the queue's must not be used then.
+                with trio.CancelScope(deadline=deadline if held.started else queue_deadline) as scope:
                     call.scope = scope
                     if call.reason is not None:
                         scope.cancel()
@@ -320,8 +323,9 @@ class Calls:
             held.token = True
         # Rule 1: out of the queue, the call's own time starts (no checkpoint
         # since the token was taken, so the queue deadline cannot have fired in between).
-        scope.deadline = trio.current_time() + timeout
-        held.started = True
+        if not held.started:
+            scope.deadline = trio.current_time() + timeout
+            held.started = True
         try:
             slot = held.slot = await self._registry.acquire(info, timeout, policy)
         except LoadFailed as exc:

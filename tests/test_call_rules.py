@@ -7,6 +7,8 @@ Real workers prove the same through the tool API in tests/test_calls.py.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import trio
 import trio.testing
@@ -237,6 +239,40 @@ async def test_a_queued_call_ends_busy_at_the_queue_deadline(autojump_clock: tri
             assert a.factory.started[0].call_ids == [a.factory.started[0].call_ids[0]]  # never sent
             a.factory.started[0].answer_held()
         assert len(a.factory.started) == 1
+
+
+async def test_a_call_handed_its_token_just_before_the_queue_deadline_still_gets_its_own_time(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # The token comes at t=2.9 of a 3 s queue deadline, but the queued task only
+    # runs once the deadline is past (a busy loop): the call is out of the queue,
+    # and its worker's start is on its own timeout, not the queue's.
+    async with assemble(FakeFactory(mode="hold"), max_workers=1, queue_timeout=3) as a:
+        wait_token = a.calls._wait_token
+
+        async def late(*args: Any) -> bool:
+            got = await wait_token(*args)
+            autojump_clock.jump(1.0)  # the loop was busy: resumed past the queue deadline, no checkpoint between
+            return got
+
+        a.calls._wait_token = late  # type: ignore[method-assign]
+        results: dict[str, ToolResult] = {}
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: a.call(timeout=60))
+            await trio.sleep(1)
+
+            async def queued() -> None:
+                results["queued"] = await a.call(timeout=30)
+
+            nursery.start_soon(queued)
+            await trio.sleep(1.9)
+            a.factory.started[0].die()  # the call ahead crashes: no idle worker for the queued one
+            with trio.move_on_after(60):  # trio time: the queued call sent on a new worker, or ended
+                while "queued" not in results and (len(a.factory.started) < 2 or not a.factory.started[1].call_ids):  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+            if len(a.factory.started) > 1:
+                a.factory.started[1].answer_held()
+        assert results["queued"].kind is None, results["queued"].text
 
 
 async def test_an_exclusive_call_ends_busy_waiting_for_its_running_call(
