@@ -352,6 +352,13 @@ def serve_command(
             parse_address(http)
         except ValueError as exc:
             fail(str(exc))
+    if token is not None and any(arg == "--token" or arg.startswith("--token=") for arg in sys.argv):
+        # /proc/<pid>/cmdline is world-readable: the environment variable is not.
+        typer.echo(
+            "xcsh-run serve: warning: a token given with --token is visible to every local user "
+            "(ps, /proc/PID/cmdline); set XCSH_RUN_MCP_TOKEN instead",
+            err=True,
+        )
     http_options: dict[str, Any] = {
         "address": http,
         "port_file": port_file,

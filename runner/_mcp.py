@@ -181,6 +181,8 @@ class McpSession:
         self, request: _Request, params: dict[str, Any], timeout: float, *, sample: bool = False
     ) -> Answer | None:
         """Ask the client for ``request``'s tool (a prompt, or a sample); its answer, or None (_mcp_elicit)."""
+        if not request.reply.carries_requests:
+            return None  # a JSON-only reply would drop the request: the no-op answer now, not at the timeout
         return await self._asker.ask(params, functools.partial(self._send_for, request), timeout, sample=sample)
 
     # --- lifecycle ---------------------------------------------------------------

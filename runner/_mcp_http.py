@@ -47,10 +47,10 @@ import hmac
 import itertools
 import logging
 import os
+import re
 import secrets
 from collections.abc import Sequence
 from typing import Any, Final
-from urllib.parse import urlsplit
 
 import msgspec
 import trio
@@ -59,7 +59,7 @@ from worker._messages import ErrorCode, Request
 
 from ._mcp import SUPPORTED_PROTOCOL_VERSIONS, McpSession
 from ._mcp_http_streams import EventStream, JsonReply, StreamBusy
-from ._mcp_http_wire import ConnectionGone, HttpConnection, HttpError, HttpRequest
+from ._mcp_http_wire import LOOPBACK, ConnectionGone, HttpConnection, HttpError, HttpRequest, accepts, origin_allowed
 from ._mcp_server import ToolServer
 from ._mcp_wire import Batch, Malformed, RequestId, classify, error_line, recover_id
 
@@ -71,8 +71,8 @@ RESUME_WINDOW: Final = 5.0
 MAX_CONNECTIONS: Final = 64
 MAX_SESSIONS: Final = 64
 _STREAMS_KEPT: Final = 32  # finished request streams kept per session, for resumption
-_LOOPBACK: Final = frozenset({"localhost", "127.0.0.1", "::1"})
 _PRIMING_SINCE: Final = "2025-11-25"  # older clients cannot read an event with empty data
+_EVENT_ID: Final = re.compile(r"([0-9]{1,18})-([0-9]{1,18})")
 
 
 class _Refused(Exception):
@@ -108,29 +108,6 @@ class _HttpSession:
         for n in finished[: max(0, len(self.streams) - _STREAMS_KEPT - 1)]:
             del self.streams[n]
         return stream
-
-
-def origin_allowed(origin: str | None, allowed: Sequence[str]) -> bool:
-    """No ``Origin`` (not a browser), a loopback one, or one of ``allowed`` (``*``: any)."""
-    if origin is None or "*" in allowed or origin in allowed:
-        return True
-    try:
-        parts = urlsplit(origin)
-        host = parts.hostname
-    except ValueError:
-        return False
-    return parts.scheme in ("http", "https") and host in _LOOPBACK
-
-
-def _accepts(header: str | None) -> tuple[bool, bool]:
-    """(JSON, SSE) from an ``Accept`` header; none at all takes anything."""
-    if header is None:
-        return True, True
-    types = {part.split(";", 1)[0].strip().lower() for part in header.split(",")}
-    anything = "*/*" in types
-    return (anything or "application/json" in types or "application/*" in types), (
-        anything or "text/event-stream" in types or "text/*" in types
-    )
 
 
 class HttpServer:
@@ -261,7 +238,7 @@ class HttpServer:
 
     async def _post(self, conn: HttpConnection, request: HttpRequest) -> None:
         headers = request.headers
-        json_ok, sse_ok = _accepts(headers.get("accept"))
+        json_ok, sse_ok = accepts(headers.get("accept"))
         if not (json_ok or sse_ok):
             raise _Refused(406, "not acceptable: accept application/json or text/event-stream")
         if headers.get("content-type", "").split(";", 1)[0].strip().lower() != "application/json":
@@ -416,15 +393,19 @@ class HttpServer:
 
     async def _get(self, conn: HttpConnection, request: HttpRequest) -> None:
         headers = request.headers
-        if not _accepts(headers.get("accept"))[1]:
+        if not accepts(headers.get("accept"))[1]:
             raise _Refused(406, "not acceptable: the GET stream is text/event-stream")
         session = self._session(headers)
         stream, after = session.standalone, None
         last = headers.get("last-event-id")
         if last is not None:
-            number, _, n = last.partition("-")
-            found = session.streams.get(int(number)) if number.isdigit() else None
-            if found is None or not n.isdigit() or found.closed:
+            # ASCII digits, at most 18 of each: str.isdigit() takes '²', and int() refuses 4,301 digits.
+            parsed = _EVENT_ID.fullmatch(last)
+            if parsed is None:
+                raise _Refused(400, f"cannot resume from event {last[:64]!r}: not an event id of this server")
+            number, n = parsed.groups()
+            found = session.streams.get(int(number))
+            if found is None or found.closed:
                 raise _Refused(404 if found is None else 400, f"cannot resume from event {last!r}: not kept")
             stream, after = found, int(n)
         if stream is session.standalone:
@@ -484,7 +465,7 @@ async def serve_http(
     bound = listeners[0].socket.getsockname()
     url_host = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
     logger.info("listening on http://%s:%d%s", url_host, bound[1], ENDPOINT)
-    if host not in _LOOPBACK and token is None:
+    if host not in LOOPBACK and token is None:
         logger.warning("listening beyond this machine without a token: anyone who reaches the port can run tools")
     if port_file is not None:
         partial = f"{port_file}.{os.getpid()}.tmp"

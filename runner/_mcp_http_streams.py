@@ -45,6 +45,8 @@ class StreamBusy(Exception):
 class EventStream:
     """One SSE stream; an ``Outbox`` for the session."""
 
+    carries_requests = True
+
     def __init__(self, number: int, *, request_ids: tuple[str | int, ...] | None) -> None:
         self.number = number
         self.request_ids = request_ids  # what it answers (a batch: several); None for the session's own stream
@@ -88,6 +90,7 @@ class EventStream:
     def close(self) -> None:
         self.closed = self.ended = True
         self._events.clear()
+        self._sent = self._last  # nothing is left to write: done, and prunable by its session
         self._wake()
 
     def check_free(self) -> None:
@@ -147,6 +150,10 @@ class JsonReply:
     Progress has no place in a single JSON body and is dropped; the response
     is kept until the connection writes it.
     """
+
+    # A prompt sent here would be dropped and its tool would wait for an
+    # answer that never comes: a tool of a JSON-only client gets the no-op at once.
+    carries_requests = False
 
     def __init__(self) -> None:
         self.response: bytes | None = None

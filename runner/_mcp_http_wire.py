@@ -23,8 +23,10 @@ Rules:
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, NoReturn
+from urllib.parse import urlsplit
 
 import h11
 import trio
@@ -35,6 +37,7 @@ MAX_HEAD_BYTES: Final = 16384
 _READ_CHUNK: Final = 65536
 # An oversized body is read past up to this many times the limit, for its id (then dropped).
 _DRAIN_FACTOR: Final = 4
+LOOPBACK: Final = frozenset({"localhost", "127.0.0.1", "::1"})
 _EDGE: Final = 1024  # bytes kept of each end of an oversized body
 REQUEST_TIMEOUT: Final = 30.0  # to read one request, once its first byte came
 IDLE_TIMEOUT: Final = 75.0  # between requests on a kept-alive connection
@@ -217,3 +220,26 @@ class HttpConnection:
         with trio.move_on_after(1.0) as scope:
             scope.shield = True
             await self._stream.aclose()
+
+
+def origin_allowed(origin: str | None, allowed: Sequence[str]) -> bool:
+    """No ``Origin`` (not a browser), a loopback one, or one of ``allowed`` (``*``: any)."""
+    if origin is None or "*" in allowed or origin in allowed:
+        return True
+    try:
+        parts = urlsplit(origin)
+        host = parts.hostname
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and host in LOOPBACK
+
+
+def accepts(header: str | None) -> tuple[bool, bool]:
+    """(JSON, SSE) from an ``Accept`` header; none at all takes anything."""
+    if header is None:
+        return True, True
+    types = {part.split(";", 1)[0].strip().lower() for part in header.split(",")}
+    anything = "*/*" in types
+    return (anything or "application/json" in types or "application/*" in types), (
+        anything or "text/event-stream" in types or "text/*" in types
+    )

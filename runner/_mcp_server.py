@@ -66,6 +66,11 @@ class Outbox(Protocol):
     ``POST`` that carried it, and the session's is its ``GET`` stream.
     """
 
+    @property
+    def carries_requests(self) -> bool:
+        """Whether a request of the server's (a prompt, a sample) can reach the client this way."""
+        ...
+
     async def send(self, data: bytes) -> None:
         """Queue one encoded JSON-RPC message; may wait (backpressure), never raises for a gone client."""
         ...

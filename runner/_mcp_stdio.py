@@ -75,6 +75,7 @@ class _LineOutbox:
     """Every message of the stdio session goes to the one output stream, in order."""
 
     __slots__ = ("_transport",)
+    carries_requests = True
 
     def __init__(self, transport: LineTransport) -> None:
         self._transport = transport

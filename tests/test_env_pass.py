@@ -176,8 +176,9 @@ async def test_an_mcp_clients_env_reaches_tools_it_names_with_pass_env(
 
 @pytest.mark.parametrize("forkserver", ["0", "1"])
 @pytest.mark.parametrize("level", ["none", "contained"])
-def test_the_mcp_servers_token_never_reaches_a_tool(tools: Path, level: str, forkserver: str) -> None:
+def test_the_mcp_servers_token_is_never_in_a_tools_environment(tools: Path, level: str, forkserver: str) -> None:
     # With it, a tool could call the server's other tools (perhaps under a looser policy) over HTTP.
+    # (Its own environment only: under none/contained the host's /proc/PID/environ is readable; docs/sandbox.md.)
     env = {"XCSH_RUN_MCP_TOKEN": "t0ken-value", "XCSH_RUN_OTHER": "passes", "XCSH_RUN_FORKSERVER": forkserver}
     flags = ("--sandbox", level, "--pass-env", "XCSH_RUN_MCP_TOKEN")
     token = json.loads(cli(tools, "peeks", "XCSH_RUN_MCP_TOKEN", *flags, env=env).stdout)

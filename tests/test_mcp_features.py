@@ -304,6 +304,8 @@ async def test_resolve_is_listed_while_a_pending_action_waits_with_list_changed(
 class Collected:
     """An outbox that keeps what it is sent."""
 
+    carries_requests = True
+
     def __init__(self) -> None:
         self.messages: list[dict[str, Any]] = []
         self.ended = trio.Event()

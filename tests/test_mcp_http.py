@@ -167,4 +167,59 @@ async def test_a_lost_stream_resumes_with_last_event_id() -> None:
                 data = [json.loads(line[6:]) async for line in resumed.aiter_lines() if line.startswith("data: {")]
             assert data[-1]["id"] == 9
             assert data[-1]["result"]["content"][0]["text"] == "done"
+            assert len(data) >= 2, data  # the progress sent after the priming event is replayed too
             assert [m["params"]["progress"] for m in data[:-1]] == sorted(m["params"]["progress"] for m in data[:-1])
+
+
+PROMPTING = """
+from worker.pi import CustomTool
+
+
+def factory(api):
+    def ask(tcid, params, on_update, ctx, signal_):
+        return f"has_ui={api.has_ui} confirmed={api.ui.confirm('Proceed', 'Really?')} sampled={api.sample('hi')}"
+
+    return CustomTool(name="ask", description="prompts and samples", parameters={"type": "object"}, execute=ask)
+"""
+
+
+async def test_a_json_only_client_gets_the_no_op_answer_to_prompts_at_once(tmp_path: Path) -> None:
+    # A prompt cannot travel in a single JSON body: the tool must not wait for an answer that never
+    # comes (the server's --timeout is 20 s; the deadline here is well under it).
+    tools = tmp_path / "prompting.py"
+    tools.write_text(PROMPTING)
+    init = {**INIT, "params": {**INIT["params"], "capabilities": {"elicitation": {}, "sampling": {}}}}  # type: ignore[dict-item]
+    with trio.fail_after(10):
+        async with (
+            http_server(str(tools), options=("--timeout", "20")) as server,
+            httpx2.AsyncClient(timeout=DEADLINE) as client,
+        ):
+            first = await client.post(server.url, json=init, headers={**JSON_AND_SSE, "accept": "application/json"})
+            headers = {"content-type": "application/json", "accept": "application/json"}
+            headers |= {"mcp-session-id": first.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+            call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "ask", "arguments": {}}}
+            response = await client.post(server.url, json=call, headers=headers)
+    result = response.json()["result"]
+    assert not result["isError"], result
+    assert result["content"][0]["text"] == "has_ui=True confirmed=False sampled=None"
+
+
+async def test_a_malformed_last_event_id_is_a_400_not_a_dropped_connection() -> None:
+    with trio.fail_after(DEADLINE):
+        async with http_server() as server, httpx2.AsyncClient(timeout=DEADLINE) as client:
+            session_id = await raw_initialize(client, server.url)
+            headers = {**JSON_AND_SSE, "mcp-session-id": session_id, "mcp-protocol-version": "2025-11-25"}
+            for bad in ("\u00b2-1", "1" * 5000 + "-1", "x", "1-"):
+                response = await client.get(server.url, headers={**headers, "last-event-id": bad.encode()})
+                assert response.status_code == 400, (bad[:20], response.status_code)
+                assert "not an event id of this server" in response.json()["error"]["message"]
+
+
+async def test_a_closed_stream_is_done_so_its_session_can_let_it_go() -> None:
+    from runner._mcp_http_streams import EventStream
+
+    stream = EventStream(1, request_ids=(7,))
+    await stream.send(b'{"jsonrpc": "2.0", "method": "notifications/progress", "params": {}}')
+    assert not stream.done
+    stream.close()  # the client left and never came back for the rest
+    assert stream.done
