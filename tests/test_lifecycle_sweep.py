@@ -574,15 +574,13 @@ async def _short_timeouts(timeout: float, spares: int, repeats: int, cache_dir: 
 
 @pytest.mark.parametrize("spares", [0, 1])
 @pytest.mark.parametrize("timeout", [0.001, 0.003, 0.010])
-def test_very_short_call_timeouts(timeout: float, spares: int, tmp_path: Path) -> None:
+def _guarded_rounds(label: str, rounds: int, fn: Any, *args: Any) -> list[str]:
+    """``rounds`` guarded runs of ``fn(*args)`` (which returns its problems): the failing ones, with hangs and leaks."""
     failures: list[str] = []
-    rounds = scaled(3, 20)
     hangs = 0
-    start = time.monotonic()
-    _warm_cache(Phase("call", spares, cache=True), tmp_path / "cache")
     for round_ in range(rounds):
         before = snapshot()
-        guarded = run_guarded(_short_timeouts, timeout, spares, scaled(4, 10), tmp_path / "cache", timeout=WATCHDOG)
+        guarded = run_guarded(fn, *args, timeout=WATCHDOG)
         problems = list(guarded.value or []) if not (guarded.hung or guarded.error) else []
         if guarded.hung:
             hangs += 1
@@ -591,9 +589,20 @@ def test_very_short_call_timeouts(timeout: float, spares: int, tmp_path: Path) -
             problems.append(f"raised {_describe(guarded.error)}")
         problems += leaks_since(before)
         if problems:
-            failures.append(f"round {round_} [timeout={timeout:g}, spares={spares}]: " + "; ".join(problems))
+            failures.append(f"round {round_} [{label}]: " + "; ".join(problems))
         if guarded.stuck or hangs >= MAX_HANGS:
             break
+    return failures
+
+
+@pytest.mark.parametrize("spares", [0, 1])
+@pytest.mark.parametrize("timeout", [0.001, 0.003, 0.010])
+def test_very_short_call_timeouts(timeout: float, spares: int, tmp_path: Path) -> None:
+    rounds = scaled(3, 20)
+    start = time.monotonic()
+    _warm_cache(Phase("call", spares, cache=True), tmp_path / "cache")
+    label = f"timeout={timeout:g}, spares={spares}"
+    failures = _guarded_rounds(label, rounds, _short_timeouts, timeout, spares, scaled(4, 10), tmp_path / "cache")
     SUMMARY.append(
         f"short timeouts {timeout:g} s, spares={spares}: {rounds} rounds in {time.monotonic() - start:.1f} s, "
         f"{len(failures)} failing"
@@ -632,24 +641,10 @@ async def _short_queue_deadlines(queue_timeout: float, repeats: int, cache_dir: 
 
 @pytest.mark.parametrize("queue_timeout", [0.001, 0.003, 0.010])
 def test_very_short_queue_deadlines(queue_timeout: float, tmp_path: Path) -> None:
-    failures: list[str] = []
     rounds = scaled(3, 20)
     _warm_cache(Phase("call", 0, cache=True), tmp_path / "cache")
-    for round_ in range(rounds):
-        before = snapshot()
-        guarded = run_guarded(
-            _short_queue_deadlines, queue_timeout, scaled(6, 12), tmp_path / "cache", timeout=WATCHDOG
-        )
-        problems = list(guarded.value or []) if not (guarded.hung or guarded.error) else []
-        if guarded.hung:
-            problems.append(f"hang; killed {guarded.killed}; where:\n{guarded.dump}")
-        elif guarded.error is not None:
-            problems.append(f"raised {_describe(guarded.error)}")
-        problems += leaks_since(before)
-        if problems:
-            failures.append(f"round {round_} [queue_timeout={queue_timeout:g}]: " + "; ".join(problems))
-        if guarded.stuck:
-            break
+    label = f"queue_timeout={queue_timeout:g}"
+    failures = _guarded_rounds(label, rounds, _short_queue_deadlines, queue_timeout, scaled(6, 12), tmp_path / "cache")
     SUMMARY.append(f"short queue deadlines {queue_timeout:g} s: {rounds} rounds, {len(failures)} failing")
     assert not failures, "\n".join(failures)
 
