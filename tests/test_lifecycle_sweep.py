@@ -55,7 +55,7 @@ GRACE = 0.5
 # message on its own, so that their delivery is many steps, not one. A warm
 # call checkpoints only where it must wait, so it takes enough parts to keep
 # the phase over MANDATORY steps.
-STREAM_PARTS = 32
+STREAM_PARTS = 48
 STREAM_INTERVAL = 0.0005
 # How often a runner's statistics are looked at while its spares start.
 SPARE_POLL = 0.02
