@@ -83,10 +83,10 @@ class SandboxPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         wall_seconds: default call timeout for tools under this policy.
         output_mb: bytes a worker may write to stdout and stderr in all;
             past that the call ends as ``limit_exceeded`` (output).
-        extra_read_paths: more paths a ``strict`` tool may read.
+        extra_read_paths: more paths a ``strict`` tool may read (not run: see ``allow_exec``).
         extra_write_paths: more paths a ``strict`` tool may write.
         allow_exec: programs a ``strict`` tool may run (names looked up on PATH,
-            or absolute paths).
+            or absolute paths); besides these, only the interpreter itself.
         env_allow: extra environment variable names or patterns passed
             through; an exact name here also passes a secret-looking one
             (CLI: ``--pass-env NAME``).

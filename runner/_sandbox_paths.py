@@ -9,6 +9,7 @@ docs/sandbox.md ("What `strict` guarantees").
 from __future__ import annotations
 
 import os
+import site
 import struct
 import sys
 import sysconfig
@@ -25,11 +26,17 @@ def worker_packages() -> list[str]:
 
 
 def _site_dirs() -> list[str]:
-    """The site-packages of the venv and of the interpreter it was made from (purelib and platlib of both)."""
+    """The site-packages of the venv and of the interpreter it was made from (purelib and platlib of both).
+
+    Plus what ``site`` itself names for both prefixes: distributions patch it
+    (Debian's dist-packages folders, which a venv with system site-packages uses).
+    """
     dirs: list[str] = []
-    for base in dict.fromkeys((sys.prefix, sys.base_prefix)):
+    prefixes = list(dict.fromkeys((sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix)))
+    for base in prefixes:
         paths = sysconfig.get_paths(vars={"base": base, "platbase": base})
         dirs += [paths["purelib"], paths["platlib"]]
+    dirs += site.getsitepackages(prefixes)
     return list(dict.fromkeys(dirs))
 
 

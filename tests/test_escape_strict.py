@@ -478,3 +478,32 @@ def test_strict_as_nobody(world_python: Path, tmp_path: Path) -> None:
         assert not list(world.glob("xcsh-run-w*")), "the host left a workdir behind"
     finally:
         shutil.rmtree(world, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="handing a workdir to nobody needs root")
+def test_a_workdir_handed_to_nobody_is_still_removed_and_swept(tmp_path: Path) -> None:
+    """The host removes what nobody made in it; the sweep after a dead host still takes it (the top stays ours)."""
+    from runner._workdir import _workdir_host, hand_over_workdir, make_workdir, remove_workdir
+
+    for sweep in (False, True):
+        workdir = make_workdir()
+        hand_over_workdir(workdir, 65534, 65534)
+        assert (workdir / "tmp").stat().st_uid == 65534 and workdir.stat().st_uid == 0
+        deep = workdir / "tmp" / "a" / "b"
+        deep.mkdir(parents=True)
+        (deep / "f").write_text("x")
+        for path in (deep.parent, deep, deep / "f"):
+            os.chown(path, 65534, 65534)
+        deep.chmod(0)
+        if not sweep:
+            assert remove_workdir(workdir)
+        else:
+            # As if its host died: renamed to a dead pid's name, then swept.
+            from runner._workdir import sweep_stale_workdirs
+
+            dead = workdir.with_name(workdir.name.replace(f"w{os.getpid()}-", "w999999999-"))
+            workdir.rename(dead)
+            assert _workdir_host(dead.name) == 999999999
+            assert sweep_stale_workdirs(dead.parent) == []
+            workdir = dead
+        assert not workdir.exists()
