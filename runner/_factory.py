@@ -113,7 +113,13 @@ class ProcessFactory:
             env = build_env(policy, self._env, workdir)
             config = worker_config(policy, self._probe, module=module, cwd=self._cwd, workdir=workdir, env=env)
             if workdir is not None and config.drop_uid is not None and config.drop_gid is not None:
-                hand_over_workdir(workdir, config.drop_uid, config.drop_gid)
+                try:
+                    hand_over_workdir(workdir, config.drop_uid, config.drop_gid)
+                except OSError as exc:
+                    raise WorkerStartupError(
+                        f"could not start a worker for {module} (handing its private workdir {workdir} to "
+                        f"uid {config.drop_uid}, which strict runs it as): {exc}"
+                    ) from exc
             if policy.level != "none":
                 # In the environment, not in `initialize`: a long list of names
                 # must not push that message over a small max_frame_bytes.

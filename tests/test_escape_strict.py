@@ -442,20 +442,23 @@ import json, sys, trio
 from runner import SandboxPolicy, open_runner
 
 async def main():
-    tool, secret, usr_file = sys.argv[1:4]
+    tool, secret, usr_file, forkserver = sys.argv[1:5]
     out = {}
-    async with open_runner([tool], sandbox=SandboxPolicy(level="strict"), spare_workers=0) as runner:
+    async with open_runner([tool], sandbox=SandboxPolicy(level="strict"), spare_workers=0,
+                           forkserver=forkserver == "forkserver") as runner:
         for name, args in (("home_and_tmp", {}), ("read", {"path": secret}),
                            ("exec", {"argv": ["/usr/bin/true"]}), ("read", {"path": usr_file})):
             out[name + str(len(out))] = (await runner.call_tool("probe", {"name": name, **args})).details
-    print(json.dumps(out), flush=True)
+        forked = runner.statistics().workers_forked
+    print(json.dumps([forked, out]), flush=True)
 
 trio.run(main)
 """
 
 
 @needs_strict
-def test_strict_as_nobody(world_python: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("spawn", ["popen", "forkserver"])
+def test_strict_as_nobody(world_python: Path, spawn: str) -> None:
     """From a world-runnable interpreter, strict runs the tool as nobody, which keeps a working HOME and TMPDIR."""
     world = _world_dir()
     try:
@@ -466,10 +469,11 @@ def test_strict_as_nobody(world_python: Path, tmp_path: Path) -> None:
         secret.chmod(0o600)
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
         env["TMPDIR"] = str(world)  # the workdirs' parent: reachable by nobody
-        proc = subprocess.run([str(world_python), str(world / "host.py"), str(tool), str(secret), USR_FILE],
+        proc = subprocess.run([str(world_python), str(world / "host.py"), str(tool), str(secret), USR_FILE, spawn],
                               cwd=world, capture_output=True, timeout=90, env=env)  # fmt: skip
         assert proc.returncode == 0, proc.stderr.decode()[-3000:]
-        out = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+        forked, out = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+        assert (forked > 0) == (spawn == "forkserver"), forked  # not a silent fallback to Popen
         home_and_tmp, secret_read, usr_bin, usr_share = out.values()
         assert home_and_tmp["ok"] and home_and_tmp["value"] == [65534, 65534, True], home_and_tmp
         assert secret_read["errno"] == errno.EACCES, secret_read
