@@ -260,6 +260,19 @@ def test_host_scripts_folder_is_not_readable(tmp_path: Path, level: str) -> None
         assert out["errno"] == errno.EACCES, out
 
 
+def test_host_sys_path_is_not_the_read_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the host put on its own sys.path (a script's folder, PYTHONPATH, sys.path.insert) is not granted."""
+    from runner._sandbox_paths import python_paths
+
+    home = tmp_path / "agent-home"
+    home.mkdir()
+    monkeypatch.setattr(sys, "path", [str(home), *sys.path, "/usr"])
+    granted = python_paths()
+    assert not any(p == str(home) or str(home).startswith(p + "/") for p in granted), granted
+    assert "/usr" not in granted and "/" not in granted
+    assert os.path.dirname(sys.modules["worker"].__file__ or "") in granted
+
+
 # --- 3. exec -------------------------------------------------------------------------------
 
 
