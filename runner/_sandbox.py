@@ -29,7 +29,7 @@ import msgspec
 from worker import _protocol as p
 
 from ._errors import ConfigError
-from ._sandbox_paths import executables, python_paths, worker_packages
+from ._sandbox_paths import executables, project_folder, python_paths, worker_packages
 
 Level = Literal["none", "contained", "strict"]
 LEVELS: Final = ("none", "contained", "strict")
@@ -331,10 +331,16 @@ def worker_config(
     if policy.level != "strict":
         return config
     module_dir = module if os.path.isdir(module) else os.path.dirname(module)
+    # A tool's folder and the project directory are granted whole, unless one
+    # is / or holds a home directory (a host started from ~, a tool at
+    # ~/tool.py): then the tool module alone, and no project directory.
+    if not project_folder(module_dir):
+        module_dir = module if not os.path.isdir(module) else ""
+    cwd = cwd if project_folder(cwd) else ""
     # Name resolution files, so getaddrinfo("localhost") works; nothing else in /etc.
     # ld.so.cache: where the loader finds libraries outside its default folders.
     etc = ["/etc/localtime", "/etc/hosts", "/etc/nsswitch.conf", "/etc/host.conf", "/etc/gai.conf", "/etc/ld.so.cache"]
-    read = [*python_paths(), "/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/share/zoneinfo", *etc,
+    read: list[str] = [*python_paths(), "/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/share/zoneinfo", *etc,
             module_dir, cwd, *policy.extra_read_paths]  # fmt: skip
     write = ["/dev/null", *policy.extra_write_paths]
     if workdir is not None:
@@ -353,7 +359,7 @@ def worker_config(
     return msgspec.structs.replace(
         config,
         network=policy.network,
-        read_paths=[os.path.realpath(r) for r in read if os.path.exists(r)],
+        read_paths=[os.path.realpath(r) for r in read if r and os.path.exists(r)],
         write_paths=[os.path.realpath(w) for w in write],
         # The interpreter itself: multiprocessing's spawn and the tool's own subprocesses re-run it.
         exec_paths=executables([os.path.realpath(sys.executable), *(p_ for p_ in programs if p_ is not None)]),

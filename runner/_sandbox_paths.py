@@ -9,6 +9,7 @@ docs/sandbox.md ("What `strict` guarantees").
 from __future__ import annotations
 
 import os
+import pwd
 import site
 import struct
 import sys
@@ -144,3 +145,20 @@ def executables(programs: Sequence[str]) -> list[str]:
             if loader is not None:
                 found.append(loader)
     return list(dict.fromkeys(found))
+
+
+def _homes() -> list[str]:
+    homes = [os.path.expanduser("~")]
+    try:
+        homes.append(pwd.getpwuid(os.geteuid()).pw_dir)
+    except KeyError:
+        pass
+    return [os.path.realpath(home) for home in homes if home and home != "~"]
+
+
+def project_folder(path: str) -> bool:
+    """May ``path`` be granted whole as a tool's or project's folder? Not /, nor a folder holding a home directory."""
+    if not path:
+        return False
+    real = os.path.realpath(path)
+    return real != "/" and not any(home == real or home.startswith(real.rstrip("/") + "/") for home in _homes())

@@ -106,18 +106,21 @@ trio.run(main)
 
 @needs_strict
 @pytest.mark.parametrize("level", ["strict", "contained"])
-def test_host_scripts_folder_is_not_readable(tmp_path: Path, level: str) -> None:
-    """A host run as ``python ~/agent.py`` has its folder (there: all of $HOME) first on sys.path."""
+@pytest.mark.parametrize("started", ["as-script", "from-home", "tool-in-home"])
+def test_the_hosts_home_is_not_readable(tmp_path: Path, level: str, started: str) -> None:
+    """~ is closed to a strict tool as the host script's folder (on sys.path), as cwd, and as the tool's folder."""
     home = tmp_path / "agent-home"
     home.mkdir()
     (home / "agent.py").write_text(HOST_SCRIPT)
     (home / ".ssh").mkdir()
     secret = home / ".ssh" / "id_ed25519"
     secret.write_text("PRIVATE KEY")
-    tool = _write_tool(tmp_path / "project" / "tools")
+    (tmp_path / "project").mkdir()
+    tool = _write_tool(home if started == "tool-in-home" else tmp_path / "project" / "tools")
     proc = subprocess.run(
         [sys.executable, str(home / "agent.py"), str(tool), str(secret), level],
-        cwd=tmp_path / "project",
+        cwd=home if started == "from-home" else tmp_path / "project",
+        env={**os.environ, "HOME": str(home)},
         capture_output=True,
         timeout=60,
     )
