@@ -21,7 +21,7 @@ from ._faults import fault_point
 from ._forkserver import ForkServer
 from ._proc import NotificationHandler, RequestHandler, TeardownStats, WorkerProcess
 from ._sandbox import DROPPED_ENV, MiB, Probe, SandboxPolicy, build_env, dropped_env, worker_config
-from ._workdir import make_workdir, remove_workdir
+from ._workdir import hand_over_workdir, make_workdir, remove_workdir
 
 log: Final = logging.getLogger("xcsh_run")
 
@@ -112,6 +112,14 @@ class ProcessFactory:
                 workdir = make_workdir()
             env = build_env(policy, self._env, workdir)
             config = worker_config(policy, self._probe, module=module, cwd=self._cwd, workdir=workdir, env=env)
+            if workdir is not None and config.drop_uid is not None and config.drop_gid is not None:
+                try:
+                    hand_over_workdir(workdir, config.drop_uid, config.drop_gid)
+                except OSError as exc:
+                    raise WorkerStartupError(
+                        f"could not start a worker for {module} (handing its private workdir {workdir} to "
+                        f"uid {config.drop_uid}, which strict runs it as): {exc}"
+                    ) from exc
             if policy.level != "none":
                 # In the environment, not in `initialize`: a long list of names
                 # must not push that message over a small max_frame_bytes.

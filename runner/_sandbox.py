@@ -29,6 +29,7 @@ import msgspec
 from worker import _protocol as p
 
 from ._errors import ConfigError
+from ._sandbox_paths import executables, project_folder, python_paths, worker_packages
 
 Level = Literal["none", "contained", "strict"]
 LEVELS: Final = ("none", "contained", "strict")
@@ -45,7 +46,7 @@ HOST_ONLY_ENV: Final = frozenset({"XCSH_RUN_MCP_TOKEN"})
 # it was not given; it takes them out of its environment before any tool runs.
 DROPPED_ENV: Final = "XCSH_RUN_DROPPED_ENV"
 _DROP_UID: Final = 65534  # nobody
-_PROBE_FORMAT: Final = 2  # part of the probe cache's key: a new way of measuring is measured again
+_PROBE_FORMAT: Final = 3  # part of the probe cache's key: a new way of measuring is measured again
 
 
 class SandboxUnavailable(ConfigError):
@@ -82,10 +83,10 @@ class SandboxPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         wall_seconds: default call timeout for tools under this policy.
         output_mb: bytes a worker may write to stdout and stderr in all;
             past that the call ends as ``limit_exceeded`` (output).
-        extra_read_paths: more paths a ``strict`` tool may read.
+        extra_read_paths: more paths a ``strict`` tool may read (not run: see ``allow_exec``).
         extra_write_paths: more paths a ``strict`` tool may write.
         allow_exec: programs a ``strict`` tool may run (names looked up on PATH,
-            or absolute paths).
+            or absolute paths); besides these, only the interpreter itself.
         env_allow: extra environment variable names or patterns passed
             through; an exact name here also passes a secret-looking one
             (CLI: ``--pass-env NAME``).
@@ -157,14 +158,14 @@ def _boot_id() -> str:
         return "unknown"
 
 
-def _world_runnable(path: str) -> bool:
-    """Can an unprivileged uid reach and run ``path``? (Checks 'other' permission bits.)"""
+def _world_runnable(path: str, *, need: int = stat.S_IXOTH | stat.S_IROTH) -> bool:
+    """Can an unprivileged uid reach ``path`` and use it as ``need`` says? (Checks 'other' permission bits.)"""
     real = Path(os.path.realpath(path))
     try:
         for parent in real.parents:
             if not parent.stat().st_mode & stat.S_IXOTH:
                 return False
-        return bool(real.stat().st_mode & stat.S_IXOTH and real.stat().st_mode & stat.S_IROTH)
+        return real.stat().st_mode & need == need
     except OSError:
         return False
 
@@ -182,6 +183,7 @@ def _measure(cgroup_v2: bool, memory_cgroup: bool, pids_cgroup: bool) -> Probe:
 
     arch = platform.machine()
     euid = os.geteuid()
+    packages = worker_packages()
     return Probe(
         arch=arch,
         euid=euid,
@@ -192,8 +194,9 @@ def _measure(cgroup_v2: bool, memory_cgroup: bool, pids_cgroup: bool) -> Probe:
         pids_cgroup=pids_cgroup,
         # The venv's interpreter, its site-packages and the standard library it
         # runs on (base_prefix: a venv may copy its interpreter out of a private
-        # folder such as /root) must all be reachable by nobody.
-        drop_uid_ok=euid == 0 and all(_world_runnable(p) for p in (sys.executable, sys.prefix, sys.base_prefix)),
+        # folder such as /root), and the worker package with its msgspec (an
+        # editable install maps it from a checkout) must all be reachable by nobody.
+        drop_uid_ok=euid == 0 and all(map(_world_runnable, (sys.executable, sys.prefix, sys.base_prefix, *packages))),
     )
 
 
@@ -305,14 +308,6 @@ def dropped_env(host_env: Mapping[str, str], env: Mapping[str, str]) -> list[str
     return sorted(name for name in host_env if name not in env)
 
 
-def _python_paths() -> list[str]:
-    import worker
-
-    paths = {sys.base_prefix, sys.prefix, sys.exec_prefix, os.path.dirname(os.path.dirname(worker.__file__))}
-    paths.update(p for p in sys.path if p and os.path.isdir(p))
-    return sorted(paths)
-
-
 def _resolve_program(name: str, path_env: str) -> str | None:
     found = name if os.path.isabs(name) else shutil.which(name, path=path_env)
     return os.path.realpath(found) if found else None
@@ -336,9 +331,16 @@ def worker_config(
     if policy.level != "strict":
         return config
     module_dir = module if os.path.isdir(module) else os.path.dirname(module)
+    # A tool's folder and the project directory are granted whole, unless one
+    # is / or holds a home directory (a host started from ~, a tool at
+    # ~/tool.py): then the tool module alone, and no project directory.
+    if not project_folder(module_dir):
+        module_dir = module if not os.path.isdir(module) else ""
+    cwd = cwd if project_folder(cwd) else ""
     # Name resolution files, so getaddrinfo("localhost") works; nothing else in /etc.
-    etc = ["/etc/localtime", "/etc/hosts", "/etc/nsswitch.conf", "/etc/host.conf", "/etc/gai.conf"]
-    read = [*_python_paths(), "/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/share/zoneinfo", *etc,
+    # ld.so.cache: where the loader finds libraries outside its default folders.
+    etc = ["/etc/localtime", "/etc/hosts", "/etc/nsswitch.conf", "/etc/host.conf", "/etc/gai.conf", "/etc/ld.so.cache"]
+    read: list[str] = [*python_paths(), "/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/share/zoneinfo", *etc,
             module_dir, cwd, *policy.extra_read_paths]  # fmt: skip
     write = ["/dev/null", *policy.extra_write_paths]
     if workdir is not None:
@@ -347,12 +349,20 @@ def worker_config(
     missing = [name for name, path in zip(policy.allow_exec, programs, strict=True) if path is None]
     if missing:
         raise ConfigError(f"allow_exec: program(s) not found on PATH: {', '.join(missing)}")
+    # nobody must also reach the tool module and the workdir (which the host
+    # hands over to it); else the worker stays uid 0 without capabilities.
+    drop = (
+        found.drop_uid_ok
+        and _world_runnable(module, need=stat.S_IROTH)
+        and (workdir is None or _world_runnable(str(workdir.parent), need=stat.S_IXOTH))
+    )
     return msgspec.structs.replace(
         config,
         network=policy.network,
-        read_paths=[os.path.realpath(r) for r in read if os.path.exists(r)],
+        read_paths=[os.path.realpath(r) for r in read if r and os.path.exists(r)],
         write_paths=[os.path.realpath(w) for w in write],
-        exec_paths=[p_ for p_ in programs if p_ is not None],
-        drop_uid=_DROP_UID if found.drop_uid_ok else None,
-        drop_gid=_DROP_UID if found.drop_uid_ok else None,
+        # The interpreter itself: multiprocessing's spawn and the tool's own subprocesses re-run it.
+        exec_paths=executables([os.path.realpath(sys.executable), *(p_ for p_ in programs if p_ is not None)]),
+        drop_uid=_DROP_UID if drop else None,
+        drop_gid=_DROP_UID if drop else None,
     )

@@ -29,6 +29,19 @@ def make_workdir() -> Path:
     return workdir
 
 
+def hand_over_workdir(workdir: Path, uid: int, gid: int) -> None:
+    """Give ``home/`` and ``tmp/`` to the uid a strict worker drops to, so that its HOME and TMPDIR work.
+
+    The workdir itself stays ours (the sweep after a dead host removes only
+    workdirs owned by the host's uid) and becomes searchable, not listable,
+    by others. The host removes it all as root, whoever owns what inside.
+    Raises OSError.
+    """
+    workdir.chmod(0o711)
+    for sub in ("home", "tmp"):
+        os.chown(workdir / sub, uid, gid, follow_symlinks=False)
+
+
 def _workdir_host(name: str) -> int | None:
     """The host pid in a workdir's name, or None for any other name."""
     if not name.startswith(_WORKDIR_PREFIX):

@@ -50,7 +50,10 @@ FS_MAKE_SYM, FS_REFER, FS_TRUNCATE, FS_IOCTL_DEV = 1 << 12, 1 << 13, 1 << 14, 1 
 NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1
 SCOPE_ABSTRACT_UNIX, SCOPE_SIGNAL = 1 << 0, 1 << 1
 
-READ_ACCESS: Final = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
+# Reading never implies running: EXECUTE is granted only on the single files
+# in ``exec_paths`` (the interpreter, its ELF loader, ``allow_exec``).
+READ_ACCESS: Final = FS_READ_FILE | FS_READ_DIR
+EXEC_ACCESS: Final = FS_EXECUTE | FS_READ_FILE
 _FILE_ONLY: Final = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV
 
 # seccomp
@@ -59,7 +62,7 @@ X32_BIT: Final = 0x40000000
 RET_KILL_PROCESS: Final = 0x80000000
 RET_ERRNO: Final = 0x00050000
 RET_ALLOW: Final = 0x7FFF0000
-LD_W_ABS, JEQ_K, JGE_K, RET_K = 0x20, 0x15, 0x35, 0x06
+LD_W_ABS, JEQ_K, JGE_K, JSET_K, RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
 AF_UNIX: Final = 1
 
 # Denied outright with EPERM in strict mode.
@@ -75,6 +78,10 @@ DENIED_SYSCALLS: Final = {
     "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
     "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
     "mount_setattr": 442,
+    # A program in an anonymous file runs without any path Landlock could check.
+    "memfd_create": 319,
+    # Only in a new UTS namespace, which clone cannot make here: defence in depth.
+    "sethostname": 170, "setdomainname": 171,
 }  # fmt: skip
 # As root without a uid drop, Landlock does not stop metadata writes: fake
 # success (ERRNO|0) so the mode is unchanged yet shutil.copy keeps working.
@@ -86,6 +93,11 @@ METADATA_SYSCALLS: Final = {
 }  # fmt: skip
 SYS_SOCKET: Final = 41
 SYS_SOCKETPAIR: Final = 53
+SYS_CLONE: Final = 56
+SYS_CLONE3: Final = 435
+# clone()'s flags that make a namespace. Not CLONE_NEWTIME (0x80): clone()
+# reads its low byte as the exit signal; only clone3 and unshare take it.
+CLONE_NEW_NAMESPACES: Final = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
 
 
 class SandboxError(Exception):
@@ -222,8 +234,10 @@ def apply_landlock(read: Iterable[str], write: Iterable[str], execute: Iterable[
         "landlock_create_ruleset",
     )
     try:
-        write_rights = handled & ~(FS_MAKE_CHAR | FS_MAKE_BLOCK)
-        for paths, rights in ((read, READ_ACCESS), (write, write_rights), (execute, FS_EXECUTE | FS_READ_FILE)):
+        # Writable is not executable: a program the tool writes must not run
+        # (the dynamic loader can still map one: a noexec mount closes that).
+        write_rights = handled & ~(FS_MAKE_CHAR | FS_MAKE_BLOCK | FS_EXECUTE)
+        for paths, rights in ((read, READ_ACCESS), (write, write_rights), (execute, EXEC_ACCESS)):
             for path in paths:
                 _add_path_rule(ruleset, path, rights & handled)
         _check(_prctl(PR_SET_NO_NEW_PRIVS, 1), "prctl(PR_SET_NO_NEW_PRIVS)")
@@ -277,6 +291,16 @@ def build_filter(*, fake_metadata: bool) -> bytes:
         denials += [(nr, RET_ERRNO | 0) for nr in METADATA_SYSCALLS.values()]
     for nr, ret in denials:
         prog += [_insn(JEQ_K, 0, 1, nr), _insn(RET_K, 0, 0, ret)]
+    # clone3's flags sit in a struct seccomp cannot read: ENOSYS makes glibc
+    # fall back to clone (threads, fork, posix_spawn), whose flags it can.
+    prog += [_insn(JEQ_K, 0, 1, SYS_CLONE3), _insn(RET_K, 0, 0, RET_ERRNO | errno.ENOSYS)]
+    prog += [
+        _insn(JEQ_K, 0, 3, SYS_CLONE),
+        _insn(LD_W_ABS, 0, 0, 16),  # low 32 bits of the flags (args[0]): all of clone's flags
+        _insn(JSET_K, 0, 1, CLONE_NEW_NAMESPACES),
+        _insn(RET_K, 0, 0, eperm),
+        _insn(LD_W_ABS, 0, 0, 0),  # the syscall number again, for the checks below
+    ]
     # socket(): nothing at all. socketpair(): AF_UNIX only (asyncio needs it).
     prog += [_insn(JEQ_K, 0, 1, SYS_SOCKET), _insn(RET_K, 0, 0, eperm)]
     prog += [
