@@ -133,6 +133,25 @@ def _cgroup_daemon(procs, report):
     return "started"
 
 
+def _map_exec(path):
+    import mmap
+
+    with open(path, "wb") as f:
+        f.write(b"\xc3" * 4096)  # ret
+    with open(path, "rb") as f:
+        mmap.mmap(f.fileno(), 4096, prot=mmap.PROT_READ | mmap.PROT_EXEC).close()
+    return "mapped"
+
+
+def _statfs_type(path):
+    # f_type of statfs(2): TMPFS_MAGIC is 0x01021994.
+    buf = ctypes.create_string_buffer(120)
+    if libc.statfs(path.encode(), buf) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return hex(int.from_bytes(buf.raw[:8], "little"))
+
+
 def _busy_children(count):
     pids = []
     for _ in range(count):
@@ -158,6 +177,8 @@ ATTACKS = {
     "cgroup_daemon": lambda a: _cgroup_daemon(a["procs"], a["report"]),
     "busy_children": lambda a: _busy_children(a["count"]),
     "status": lambda a: _read("/proc/self/status"),
+    "map_exec": lambda a: _map_exec(os.path.join(os.environ["TMPDIR"], "code")),
+    "fs_type": lambda a: _statfs_type(os.environ[a["var"]]),
     "env": lambda a: {k: v for k, v in os.environ.items() if k in ("HOME", "TMPDIR")},
 }
 
@@ -515,6 +536,62 @@ async def test_dev_shm_is_private_and_bounded(policy: SandboxPolicy, attack_tool
         # Its own /dev/shm, capped at file_size_mb, gone with the worker.
         assert second["errno"] in (errno.ENOSPC, errno.EFBIG), second
         assert seen == []
+
+
+def _start_time(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[19])
+
+
+async def test_workdirs_of_a_dead_host_with_a_recycled_pid_are_swept(tmp_path: Path) -> None:
+    base = Path(tempfile.gettempdir())
+    me, init = os.getpid(), 1
+    # Hosts that are dead, though a live process has their pid now: this very
+    # process (a container's host is the same pid at every restart), and init.
+    dead = [base / f"xcsh-run-w{me}-t{_start_time(me) - 1}_ctn{me}", base / f"xcsh-run-w{init}-t1_ctn{me}"]
+    alive = base / f"xcsh-run-w{init}-t{_start_time(init)}_ctn{me}"
+    for path in (*dead, alive):
+        (path / "tmp").mkdir(parents=True)
+        (path / "tmp" / "file").write_text("x")
+    try:
+        with trio.fail_after(30):
+            async with runner_for(CONTAINED, cache=False):
+                pass
+        assert [path.exists() for path in dead] == [False, False]
+        assert alive.is_dir()
+    finally:
+        for path in (*dead, alive):
+            with contextlib.suppress(FileNotFoundError):
+                (path / "tmp" / "file").unlink()
+                (path / "tmp").rmdir()
+                path.rmdir()
+
+
+STRICT = SandboxPolicy(level="strict", file_size_mb=16)
+TMPFS_MAGIC = "0x1021994"
+
+
+@needs_root
+@pytest.mark.skipif(MACHINE.landlock_abi < 6 or not MACHINE.seccomp, reason="strict needs Landlock ABI 6 and seccomp")
+@pytest.mark.parametrize("policy", [STRICT, CONTAINED], ids=["strict", "contained"])
+async def test_strict_workdir_is_a_capped_noexec_tmpfs(policy: SandboxPolicy, attack_tool: Path) -> None:
+    with trio.fail_after(30):
+        async with runner_for(policy.replace(file_size_mb=16), attack_tool) as runner:
+            tmp_type = await attack(runner, "fs_type", var="TMPDIR")
+            home_type = await attack(runner, "fs_type", var="HOME")
+            mapped = await attack(runner, "map_exec")
+            env = (await attack(runner, "env"))["value"]
+            first = await attack(runner, "fill", path=env["TMPDIR"] + "/a", mib=12)
+            second = await attack(runner, "fill", path=env["HOME"] + "/b", mib=12)
+    assert first["ok"], first
+    if policy is STRICT:
+        assert tmp_type["value"] == home_type["value"] == TMPFS_MAGIC, (tmp_type, home_type)
+        # noexec: a file there cannot be mapped executable (nor run through ld.so).
+        assert mapped["errno"] == errno.EPERM, mapped
+        # One tmpfs for HOME and TMPDIR together, capped at file_size_mb.
+        assert second["errno"] == errno.ENOSPC, second
+    else:
+        assert tmp_type["value"] != TMPFS_MAGIC or tempfile.gettempdir().startswith("/dev/shm")
+        assert mapped["ok"] and second["ok"], (mapped, second)
 
 
 # --- finding 13: CPU time of the whole tree ----------------------------------------------------
