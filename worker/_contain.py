@@ -50,6 +50,7 @@ CAP_SYS_ADMIN: Final = 21
 _OPTION_FLAGS: Final = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
                         "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME}  # fmt: skip
 _WORKDIR_PREFIX: Final = "xcsh-run-w"
+_OCTAL: Final = re.compile(r"\\([0-7]{3})")
 
 
 class _RulesetAttr(ctypes.Structure):
@@ -108,7 +109,9 @@ def _cgroup_mounts() -> list[tuple[str, int]]:
             fstype = fields[fields.index("-") + 1]
             if fstype not in ("cgroup", "cgroup2"):
                 continue
-            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), fields[4])  # \040: a space
+            point = fields[4]
+            if "\\" in point:  # \040 for a space, and so on
+                point = _OCTAL.sub(lambda m: chr(int(m[1], 8)), point)
             flags = 0
             for option in fields[5].split(","):
                 flags |= _OPTION_FLAGS.get(option, 0)
