@@ -24,6 +24,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Final
 
@@ -268,6 +269,7 @@ class Boundary:
         self.cpu_budget = cpu_budget if cgroup is not None else None
         self.cpu_exceeded = False
         self._cpu_fd = -1
+        self._cpu_lock = threading.RLock()
         self._final_cpu: float | None = None
         self.pid: int | None = None
         # kill() is called from threads by both an explicit stop and the exit
@@ -325,24 +327,26 @@ class Boundary:
         ``cpu.stat``'s ``usage_usec`` is kept by every v2 cgroup, with or
         without the cpu controller, so this needs no v1 ``cpuacct`` group.
         """
-        if self._final_cpu is not None:
-            return self._final_cpu
-        if self.cgroup is None:
-            return 0.0
-        try:
-            if self._cpu_fd < 0:
-                self._cpu_fd = os.open(self.cgroup / "cpu.stat", os.O_RDONLY | os.O_CLOEXEC)
-            data = os.pread(self._cpu_fd, 4096, 0)
-        except OSError:
-            return 0.0
+        # From the trio thread (the watch, the pool) and a kill's thread: one fd, opened once.
+        with self._cpu_lock:
+            if self._final_cpu is not None:
+                return self._final_cpu
+            if self.cgroup is None:
+                return 0.0
+            try:
+                if self._cpu_fd < 0:
+                    self._cpu_fd = os.open(self.cgroup / "cpu.stat", os.O_RDONLY | os.O_CLOEXEC)
+                data = os.pread(self._cpu_fd, 4096, 0)
+            except OSError:
+                return 0.0
         for line in data.splitlines():
             key, _, value = line.partition(b" ")
             if key == b"usage_usec":
                 return int(value) / 1e6
         return 0.0
 
-    async def watch_cpu(self) -> None:
-        """Return once the tree has used its CPU budget; never without one, or without ``cpu.stat``.
+    async def watch_cpu(self, kill: Callable[[], Awaitable[None]]) -> None:
+        """``kill`` the tree once it has used its CPU budget; never without one, or without ``cpu.stat``.
 
         Wakes at the earliest moment the budget could be spent (what is left,
         spread over every CPU this host may use), reads once, and sleeps
@@ -356,6 +360,8 @@ class Boundary:
             left = self.cpu_budget + CPU_SLACK_SECONDS - self.cpu_seconds()
             if left <= 0:
                 self.cpu_exceeded = True
+                with trio.CancelScope(shield=True):
+                    await kill()
                 return
             await trio.sleep(max(left / cpus, _CPU_POLL_FLOOR))
 
@@ -363,9 +369,13 @@ class Boundary:
         if self._procs_fd >= 0:
             os.close(self._procs_fd)
             self._procs_fd = -1
-        if self._cpu_fd >= 0:
-            os.close(self._cpu_fd)
-            self._cpu_fd = -1
+        with self._cpu_lock:
+            if self._final_cpu is None:
+                # Read once more, then never again: no fd may be opened after close.
+                self._final_cpu = self.cpu_seconds()
+            if self._cpu_fd >= 0:
+                os.close(self._cpu_fd)
+                self._cpu_fd = -1
 
     def kill(self) -> bool:
         """Kill the worker and every process it started; True when none is left. Blocking, idempotent."""
@@ -375,7 +385,7 @@ class Boundary:
             return self._kill_result
 
     def _kill_once(self) -> bool:
-        if self.cpu_budget is not None:
+        if self._final_cpu is None:
             # The group's counter goes with it; the last milliseconds of a dying tree do not matter.
             self._final_cpu = self.cpu_seconds()
         ok = kill_and_remove(self.cgroup) if self.cgroup is not None else self._kill_fallback()

@@ -15,7 +15,6 @@ A runner is a few parts, each in its own module, wired together here:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
@@ -463,13 +462,7 @@ async def open_runner(
     warnings: list[str] = []
     cache_root = Path(config.cache_dir) if config.cache_dir is not None else default_dir()
     module_cache = ModuleCache(cache_root, warnings) if config.cache else None
-    # Non-dumpable, the host's /proc entries (its environ, with every secret
-    # the scrub keeps from tools; its fds, the MCP channel among them; its
-    # memory) need CAP_SYS_PTRACE, which no contained or strict tool has,
-    # even one of the host's uid. Kept for the rest of the process's life:
-    # a worker of a closed runner may still be on its way out.
-    with contextlib.suppress(OSError):
-        _contain.set_undumpable()
+    _contain.protect_host()
     cgroups = CgroupRoot.create()
     try:
 

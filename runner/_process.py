@@ -311,8 +311,8 @@ class SupervisedProcess(ResourceUse):
                 nursery.start_soon(self._reading, reader, protocol)
                 nursery.start_soon(self._reading, self.output.drain, out, self.output.stdout)
                 nursery.start_soon(self._reading, self.output.drain, err, self.output.stderr)
-                if self.boundary.cpu_budget is not None:
-                    nursery.start_soon(self._watch_cpu)
+                if self.boundary.cpu_budget is not None:  # RLIMIT_CPU is per process: the tree's is ours
+                    nursery.start_soon(self.boundary.watch_cpu, self.kill_tree)
                 await trio.lowlevel.wait_readable(self._pidfd)
                 # It has exited (a zombie until reaped): no new work for it.
                 self._exited.set()
@@ -435,12 +435,6 @@ class SupervisedProcess(ResourceUse):
         """Send SIGTERM to the worker (not its children): the first rung of the ladder."""
         if not self._exited.is_set():
             self._signal(signal.SIGTERM)
-
-    async def _watch_cpu(self) -> None:
-        # RLIMIT_CPU is per process: the tree's total is the host's to watch.
-        await self.boundary.watch_cpu()
-        with trio.CancelScope(shield=True):
-            await self.kill_tree()
 
     async def kill_tree(self) -> None:
         """SIGKILL the worker and its boundary, without waiting for the worker's end."""

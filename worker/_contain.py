@@ -168,6 +168,21 @@ def set_undumpable() -> None:
     _check(_c().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(PR_SET_DUMPABLE, 0)")
 
 
+def protect_host() -> None:
+    """Make the host non-dumpable, when a runner opens; kept for the rest of the process's life.
+
+    Its /proc entries (its environ, with every secret the scrub keeps from
+    tools; its fds, the MCP channel among them; its memory) then need
+    CAP_SYS_PTRACE, which no contained or strict tool has, even one of the
+    host's uid. Never undone: a worker of a closed runner may still be on its
+    way out, and another runner may be open in the same process.
+    """
+    try:
+        set_undumpable()
+    except OSError:
+        pass  # prctl(PR_SET_DUMPABLE) has no failure mode for a live process; nothing to stop for
+
+
 def isolate() -> int:
     """Non-dumpable, then a Landlock domain with no file rules; returns the ABI used (0: none).
 
