@@ -152,6 +152,30 @@ def _statfs_type(path):
     return hex(int.from_bytes(buf.raw[:8], "little"))
 
 
+def _normal():
+    # What ordinary tools do, all of which must keep working under contained.
+    import asyncio, multiprocessing, subprocess, tempfile
+
+    with multiprocessing.get_context("fork").Pool(2) as pool:  # its locks are POSIX semaphores in /dev/shm
+        squares = pool.map(abs, [-1, -2])
+    lock = multiprocessing.get_context("fork").Lock()
+    with lock:
+        pass
+    child = subprocess.Popen(["sleep", "30"])
+    os.kill(child.pid, signal.SIGTERM)  # a signal inside its own tree
+    child.wait()
+    with tempfile.NamedTemporaryFile() as f:
+        f.write(b"x")
+    procs = _read("/proc/self/cgroup")
+    return {
+        "squares": squares,
+        "child": child.returncode,
+        "echo": subprocess.run(["echo", "hi"], capture_output=True, text=True).stdout,
+        "asyncio": asyncio.run(asyncio.sleep(0, "ran")),
+        "cgroup": procs.strip().splitlines()[-1],
+    }
+
+
 def _busy_children(count):
     pids = []
     for _ in range(count):
@@ -177,6 +201,7 @@ ATTACKS = {
     "cgroup_daemon": lambda a: _cgroup_daemon(a["procs"], a["report"]),
     "busy_children": lambda a: _busy_children(a["count"]),
     "status": lambda a: _read("/proc/self/status"),
+    "normal": lambda a: _normal(),
     "map_exec": lambda a: _map_exec(os.path.join(os.environ["TMPDIR"], "code")),
     "fs_type": lambda a: _statfs_type(os.environ[a["var"]]),
     "env": lambda a: {k: v for k, v in os.environ.items() if k in ("HOME", "TMPDIR")},
@@ -439,6 +464,15 @@ async def test_no_daemon_leaves_its_cgroup(policy: SandboxPolicy, attack_tool: P
     else:
         assert moved in ("EROFS", "EACCES", "EPERM"), moved
         assert not alive
+
+
+async def test_contained_keeps_what_tools_need(attack_tool: Path) -> None:
+    out = await attack_once(CONTAINED, attack_tool, "normal")
+    assert out["ok"], out
+    value = out["value"]
+    assert value["squares"] == [1, 2] and value["child"] == -signal.SIGTERM
+    assert value["echo"] == "hi\n" and value["asyncio"] == "ran"
+    assert "xcsh-run." in value["cgroup"]  # its own cgroup files stay readable
 
 
 # --- finding 11: nothing a tool makes survives its worker ----------------------------------
