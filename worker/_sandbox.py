@@ -342,8 +342,9 @@ def apply(cfg: p.SandboxConfig) -> list[str]:
             attempt("privilege drop", lambda: drop_uid(cfg.drop_uid or 0, cfg.drop_gid or 0))
         else:
             attempt("capability drop", drop_capabilities)
-    # After the uid drop, which resets the flag: the Landlock below scopes
-    # signals but ptrace-class access also needs the target to be non-dumpable.
+    # After the uid drop, which resets the flag: non-dumpable, no process of
+    # this uid without CAP_SYS_PTRACE reaches our /proc entries (a tool in a
+    # sibling worker that Landlock does not cover: ABI < 1, or best effort).
     attempt("non-dumpable", _contain.set_undumpable)
     attempt("Landlock", lambda: apply_landlock(cfg.read_paths, cfg.write_paths, cfg.exec_paths))
     # Still uid 0 (no usable uid to drop to): seccomp fakes metadata writes.
