@@ -24,13 +24,21 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Final
+
+import trio
 
 from ._faults import fault_point
 
 _V2_CANDIDATES: Final = ("/sys/fs/cgroup/unified", "/sys/fs/cgroup")
 _PREFIX: Final = "xcsh-run."
+# How far past its CPU budget a tree may go before the host ends it: a single
+# busy process meets its own RLIMIT_CPU first, and its catchable SIGXCPU
+# says more than a SIGKILL from outside.
+CPU_SLACK_SECONDS: Final = 0.25
+_CPU_POLL_FLOOR: Final = 0.01
 _roots = itertools.count(1)
 
 
@@ -120,8 +128,13 @@ class CgroupRoot:
             return None
         return cls(path)
 
-    def new_boundary(self, *, memory_bytes: int | None = None, max_procs: int | None = None) -> Boundary:
-        """A fresh per-worker cgroup, with the limits set before any process is in it."""
+    def new_boundary(
+        self, *, memory_bytes: int | None = None, max_procs: int | None = None, cpu_seconds: float | None = None
+    ) -> Boundary:
+        """A fresh per-worker cgroup, with the limits set before any process is in it.
+
+        ``cpu_seconds`` is a budget for the whole tree, watched by :meth:`Boundary.watch_cpu`.
+        """
         self._next += 1
         name = f"w{self._next}"
         child = self.path / name
@@ -145,7 +158,7 @@ class CgroupRoot:
             # Half-made (ENOSPC, a vanished parent): nothing may stay behind.
             Boundary(child, limits).kill()
             raise
-        return Boundary(child, limits)
+        return Boundary(child, limits, cpu_budget=cpu_seconds)
 
     def remove(self) -> None:
         kill_and_remove(self.path)
@@ -246,9 +259,18 @@ def _alive(pid: int) -> bool:
 class Boundary:
     """One worker's boundary. ``attach`` before the worker runs code; ``kill`` at the end."""
 
-    def __init__(self, cgroup: Path | None, limits: dict[str, Path] | None = None) -> None:
+    def __init__(
+        self, cgroup: Path | None, limits: dict[str, Path] | None = None, *, cpu_budget: float | None = None
+    ) -> None:
         self.cgroup = cgroup
         self.limits = limits or {}
+        # CPU seconds the whole tree may use (None: no budget); RLIMIT_CPU
+        # bounds each process, so without this a tree gets processes x budget.
+        self.cpu_budget = cpu_budget if cgroup is not None else None
+        self.cpu_exceeded = False
+        self._cpu_fd = -1
+        self._cpu_lock = threading.RLock()
+        self._final_cpu: float | None = None
         self.pid: int | None = None
         # kill() is called from threads by both an explicit stop and the exit
         # watcher; the first does the work, the others wait for its answer.
@@ -299,10 +321,61 @@ class Boundary:
             return []
         return [int(x) for x in data.split()]
 
+    def cpu_seconds(self) -> float:
+        """CPU time of every process the boundary held, the dead included (cgroup v2 ``cpu.stat``); 0 if unknown.
+
+        ``cpu.stat``'s ``usage_usec`` is kept by every v2 cgroup, with or
+        without the cpu controller, so this needs no v1 ``cpuacct`` group.
+        """
+        # From the trio thread (the watch, the pool) and a kill's thread: one fd, opened once.
+        with self._cpu_lock:
+            if self._final_cpu is not None:
+                return self._final_cpu
+            if self.cgroup is None:
+                return 0.0
+            try:
+                if self._cpu_fd < 0:
+                    self._cpu_fd = os.open(self.cgroup / "cpu.stat", os.O_RDONLY | os.O_CLOEXEC)
+                data = os.pread(self._cpu_fd, 4096, 0)
+            except OSError:
+                return 0.0
+        for line in data.splitlines():
+            key, _, value = line.partition(b" ")
+            if key == b"usage_usec":
+                return int(value) / 1e6
+        return 0.0
+
+    async def watch_cpu(self, kill: Callable[[], Awaitable[None]]) -> None:
+        """``kill`` the tree once it has used its CPU budget; never without one, or without ``cpu.stat``.
+
+        Wakes at the earliest moment the budget could be spent (what is left,
+        spread over every CPU this host may use), reads once, and sleeps
+        again: a few reads per call, however long the call.
+        """
+        if self.cpu_budget is None or self.cgroup is None or not (self.cgroup / "cpu.stat").exists():
+            await trio.sleep_forever()
+        assert self.cpu_budget is not None
+        cpus = max(1, len(os.sched_getaffinity(0)))
+        while True:
+            left = self.cpu_budget + CPU_SLACK_SECONDS - self.cpu_seconds()
+            if left <= 0:
+                self.cpu_exceeded = True
+                with trio.CancelScope(shield=True):
+                    await kill()
+                return
+            await trio.sleep(max(left / cpus, _CPU_POLL_FLOOR))
+
     def close(self) -> None:
         if self._procs_fd >= 0:
             os.close(self._procs_fd)
             self._procs_fd = -1
+        with self._cpu_lock:
+            if self._final_cpu is None:
+                # Read once more, then never again: no fd may be opened after close.
+                self._final_cpu = self.cpu_seconds()
+            if self._cpu_fd >= 0:
+                os.close(self._cpu_fd)
+                self._cpu_fd = -1
 
     def kill(self) -> bool:
         """Kill the worker and every process it started; True when none is left. Blocking, idempotent."""
@@ -312,6 +385,9 @@ class Boundary:
             return self._kill_result
 
     def _kill_once(self) -> bool:
+        if self._final_cpu is None:
+            # The group's counter goes with it; the last milliseconds of a dying tree do not matter.
+            self._final_cpu = self.cpu_seconds()
         ok = kill_and_remove(self.cgroup) if self.cgroup is not None else self._kill_fallback()
         if self.limits and self._final is None:
             # Removing the groups loses their counters: keep the final values.

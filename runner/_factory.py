@@ -90,6 +90,7 @@ class ProcessFactory:
         return self._cgroups.new_boundary(
             memory_bytes=policy.memory_mb * MiB if contained and policy.memory_mb is not None else None,
             max_procs=policy.max_procs if contained else None,
+            cpu_seconds=policy.cpu_seconds if contained else None,
         )
 
     async def start(self, policy: SandboxPolicy, module: str | None, *, has_ui: bool) -> WorkerProcess:

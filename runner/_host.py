@@ -25,6 +25,7 @@ from typing import Any, Final
 import msgspec
 import trio
 
+from worker import _contain
 from worker import _protocol as p
 
 from ._boundary import CgroupRoot
@@ -461,6 +462,7 @@ async def open_runner(
     warnings: list[str] = []
     cache_root = Path(config.cache_dir) if config.cache_dir is not None else default_dir()
     module_cache = ModuleCache(cache_root, warnings) if config.cache else None
+    _contain.protect_host()
     cgroups = CgroupRoot.create()
     try:
 

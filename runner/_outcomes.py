@@ -141,6 +141,8 @@ def limits(result: ToolResult, worker: PoolWorker, policy: SandboxPolicy) -> Too
         limit, why = "output", f"the worker wrote more than {policy.output_mb} MiB to stdout and stderr"
     elif worker.boundary.oom_kills():
         limit, why = "memory", f"the tool's processes went over the {policy.memory_mb} MiB memory limit (OOM kill)"
+    elif worker.boundary.cpu_exceeded:
+        limit, why = "cpu", f"the tool's processes used its {policy.cpu_seconds} s of CPU time between them"
     elif err.signal == "SIGXCPU" or (err.signal == "SIGKILL" and _near_cpu_limit(worker, policy)):
         limit, why = "cpu", f"the worker used its {policy.cpu_seconds} s of CPU time"
     elif worker.boundary.pids_limit_hits():

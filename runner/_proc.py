@@ -201,8 +201,8 @@ class WorkerProcess:
         return not self.process.exited and self.protocol_error is None and self._conn.state not in _GONE
 
     def cpu_seconds(self) -> float:
-        """CPU time the worker process has used (user + system), 0 if unknown."""
-        return self.process.cpu_seconds()
+        """CPU time the worker and every process it started have used (user + system), 0 if unknown."""
+        return max(self.process.cpu_seconds(), self.boundary.cpu_seconds())
 
     def rss_bytes(self) -> int:
         """The worker process's resident memory, 0 if unknown."""

@@ -311,6 +311,8 @@ class SupervisedProcess(ResourceUse):
                 nursery.start_soon(self._reading, reader, protocol)
                 nursery.start_soon(self._reading, self.output.drain, out, self.output.stdout)
                 nursery.start_soon(self._reading, self.output.drain, err, self.output.stderr)
+                if self.boundary.cpu_budget is not None:  # RLIMIT_CPU is per process: the tree's is ours
+                    nursery.start_soon(self.boundary.watch_cpu, self.kill_tree)
                 await trio.lowlevel.wait_readable(self._pidfd)
                 # It has exited (a zombie until reaped): no new work for it.
                 self._exited.set()

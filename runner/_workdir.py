@@ -1,8 +1,13 @@
 """A worker's private directory (its HOME and TMPDIR): made, removed, and swept after a dead host.
 
-A workdir is named ``xcsh-run-w<host pid>-<random>``, so that a host that died
-without removing its workdirs (SIGKILL, OOM) is recognised by the next one to
-start (:func:`sweep_stale_workdirs`). Removal is built for trees a tool made
+A workdir is named ``xcsh-run-w<host pid>-t<host start time>_<random>``, so
+that a host that died without removing its workdirs (SIGKILL, OOM) is
+recognised by the next one to start (:func:`sweep_stale_workdirs`). The pid
+alone does not do: pids are recycled (``pid_max`` is 32768 on many machines,
+and a container's host is the same pid at every restart), and a dead host
+whose pid a live process had taken was never swept. The start time (clock
+ticks since boot, ``/proc/<pid>/stat``) tells the two apart; a zombie host
+counts as dead. Removal is built for trees a tool made
 to be hard to remove (:func:`remove_workdir`). Nothing here raises: a workdir
 left behind is logged by the caller, never a reason to fail a call.
 """
@@ -21,9 +26,29 @@ from typing import Final
 _WORKDIR_PREFIX: Final = "xcsh-run-w"
 
 
+def _start_time(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot), or None if it is gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+    # fields[0] is field 3 (state) of proc(5); starttime is field 22.
+    if fields[0] in (b"Z", b"X"):
+        return None
+    return int(fields[19])
+
+
+def _own_prefix() -> str:
+    me = os.getpid()
+    start = _start_time(me)
+    # Without /proc, the older name: never a start time that matches nobody.
+    return f"{_WORKDIR_PREFIX}{me}-t{start}_" if start is not None else f"{_WORKDIR_PREFIX}{me}-"
+
+
 def make_workdir() -> Path:
     """A private directory for one worker: ``home/`` and ``tmp/``, removed with the worker."""
-    workdir = Path(tempfile.mkdtemp(prefix=f"{_WORKDIR_PREFIX}{os.getpid()}-"))
+    workdir = Path(tempfile.mkdtemp(prefix=_own_prefix()))
     (workdir / "home").mkdir()
     (workdir / "tmp").mkdir()
     return workdir
@@ -42,32 +67,39 @@ def hand_over_workdir(workdir: Path, uid: int, gid: int) -> None:
         os.chown(workdir / sub, uid, gid, follow_symlinks=False)
 
 
-def _workdir_host(name: str) -> int | None:
-    """The host pid in a workdir's name, or None for any other name."""
+def _workdir_host(name: str) -> tuple[int, int | None] | None:
+    """The host pid and start time in a workdir's name (None: an older name without it), or None for any other name."""
     if not name.startswith(_WORKDIR_PREFIX):
         return None
     pid, sep, rest = name[len(_WORKDIR_PREFIX) :].partition("-")
     if not sep or not rest or not pid.isdigit() or not pid.isascii():
         return None
-    return int(pid)
+    start, sep, random = rest.partition("_")
+    if sep and random and start[:1] == "t" and start[1:].isdigit() and start[1:].isascii():
+        return int(pid), int(start[1:])
+    return int(pid), None
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, but another user's
+def _host_alive(pid: int, start: int | None) -> bool:
+    """Is the host that made a workdir alive? By pid and start time; by pid alone for an older name."""
+    if start is None:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # alive, but another user's
+            return True
         return True
-    return True
+    return _start_time(pid) == start
 
 
 def sweep_stale_workdirs(tmpdir: str | os.PathLike[str] | None = None, *, timeout: float = 1.0) -> list[str]:
     """Remove the workdirs left in ``tmpdir`` (default: the temp dir) by hosts that are dead.
 
     Only directories (never symlinks) owned by this uid and named
-    ``xcsh-run-w<pid>-...`` with ``pid`` neither this process nor a live one
-    are touched: a live host's workdirs are its own business. Costs one
+    ``xcsh-run-w<pid>-t<start>_...`` whose host (that pid, started then) is
+    not alive, or ``xcsh-run-w<pid>-...`` (an older name) with ``pid``
+    neither this process nor a live one, are touched: a live host's workdirs are its own business. Costs one
     listdir when there is nothing to sweep. ``timeout`` bounds the whole
     sweep; what it leaves, a later sweep goes on with. Never raises;
     returns the paths it could not remove entirely (for the caller to log).
@@ -84,8 +116,10 @@ def _sweep(base: str, timeout: float, left: list[str]) -> None:
     deadline = time.monotonic() + timeout
     me, uid = os.getpid(), os.geteuid()
     for name in os.listdir(base):
-        pid = _workdir_host(name)
-        if pid is None or pid == me or _pid_alive(pid):
+        host = _workdir_host(name)
+        # Our own pid with another start time: a host before us that had our
+        # pid (a container restarted), dead like any other.
+        if host is None or (host[0] == me and host[1] is None) or _host_alive(*host):
             continue
         path = os.path.join(base, name)
         try:
@@ -97,7 +131,7 @@ def _sweep(base: str, timeout: float, left: list[str]) -> None:
         # Claimed first, by an atomic rename to a name carrying our pid: of
         # hosts starting together, one sweeps it and the others skip it (our
         # pid is alive); should we die mid-sweep, the next host takes it over.
-        claimed = os.path.join(base, f"{_WORKDIR_PREFIX}{me}-swept-{secrets.token_hex(4)}")
+        claimed = os.path.join(base, f"{_own_prefix()}-swept-{secrets.token_hex(4)}")
         try:
             os.rename(path, claimed)
         except OSError:

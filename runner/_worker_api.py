@@ -106,6 +106,9 @@ class InFlight(Generic[R]):
 class BoundaryView(Protocol):
     """What the pool reads of a worker's kill boundary (its cgroup)."""
 
+    # True once the host ended the tree for spending its CPU budget together.
+    cpu_exceeded: bool
+
     def members(self) -> list[int]: ...
     def oom_kills(self) -> int: ...
     def pids_limit_hits(self) -> int: ...

@@ -47,6 +47,7 @@ class FakeBoundary:
         self.extra_members: list[int] = []  # processes a call left behind
         self.oom = 0
         self.pids_hits = 0
+        self.cpu_exceeded = False
 
     def members(self) -> list[int]:
         return list(self.extra_members)

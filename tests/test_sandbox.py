@@ -228,7 +228,8 @@ async def test_cannot_leave_its_cgroup(policy: SandboxPolicy) -> None:
     if policy is NONE:
         assert result.details["ok"]
     else:
-        assert result.details["errno"] == errno.EACCES
+        # EROFS from the worker's read-only cgroup mounts (as root), else EACCES from Landlock.
+        assert result.details["errno"] in (errno.EROFS, errno.EACCES)
         assert "xcsh-run." in cgroup  # still inside its boundary
 
 

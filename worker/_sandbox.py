@@ -27,6 +27,7 @@ import struct
 from collections.abc import Iterable
 from typing import Final
 
+from . import _contain
 from . import _protocol as p
 
 # --- syscalls and constants (x86_64; see sandbox.md, Appendix) --------------------
@@ -348,14 +349,27 @@ def apply(cfg: p.SandboxConfig) -> list[str]:
         return missing
     attempt("resource limits", lambda: set_limits(cfg))
     if cfg.level != "strict":
+        # Mounts need CAP_SYS_ADMIN, so they come before the drop; without
+        # it (a host that is not root) the mount layer is skipped, as documented.
+        if _contain.can_mount():
+            attempt("mount namespace", lambda: _contain.private_mounts(cfg))
+        attempt("capability drop", drop_capabilities)
+        attempt("no_new_privs", lambda: _check(_prctl(PR_SET_NO_NEW_PRIVS, 1), "prctl(PR_SET_NO_NEW_PRIVS)"))
+        attempt("process isolation", _contain.isolate)
         return missing
     if cfg.network == "netns":
         attempt("network namespace", unshare_network)
+    if _contain.can_mount():
+        attempt("mount namespace", lambda: _contain.private_mounts(cfg))
     if os.geteuid() == 0:
         if cfg.drop_uid is not None:
             attempt("privilege drop", lambda: drop_uid(cfg.drop_uid or 0, cfg.drop_gid or 0))
         else:
             attempt("capability drop", drop_capabilities)
+    # After the uid drop, which resets the flag: non-dumpable, no process of
+    # this uid without CAP_SYS_PTRACE reaches our /proc entries (a tool in a
+    # sibling worker that Landlock does not cover: ABI < 1, or best effort).
+    attempt("non-dumpable", _contain.set_undumpable)
     attempt("Landlock", lambda: apply_landlock(cfg.read_paths, cfg.write_paths, cfg.exec_paths))
     # Still uid 0 (no usable uid to drop to): seccomp fakes metadata writes.
     attempt("seccomp", lambda: apply_seccomp(fake_metadata=os.geteuid() == 0))

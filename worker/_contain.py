@@ -1,0 +1,217 @@
+"""What ``contained`` (and ``strict``) take from a tool that no normal tool needs.
+
+Applied by ``_sandbox.apply`` in the worker, single-threaded, before tool code:
+
+1. :func:`private_mounts` (needs ``CAP_SYS_ADMIN``, so first): a mount
+   namespace of the worker's own, private so that nothing mounted in it
+   propagates to the host, in which every cgroup filesystem is read-only (a
+   process cannot write its pid into another cgroup's ``cgroup.procs`` and
+   leave its kill boundary) and ``/dev/shm`` is a fresh size-capped tmpfs.
+   ``strict`` also mounts a size-capped ``noexec`` tmpfs over the private
+   workdir (``HOME`` and ``TMPDIR``). All of it dies with the namespace, that
+   is with the last process of the worker's tree. Skipped without
+   ``CAP_SYS_ADMIN`` (a host that is not root): docs/sandbox.md says what that
+   leaves open.
+2. the caller drops every capability and sets ``no_new_privs``;
+3. :func:`isolate`: the worker becomes non-dumpable, and enters a Landlock
+   domain that governs no file access but scopes signals and abstract UNIX
+   sockets (ABI 6+). Being in any Landlock domain also denies ptrace-class
+   access (``/proc/<pid>/environ``, ``mem``, ``fd/*``) to every process
+   outside it: the host, sibling workers, the fork server's zygote.
+
+Why each matters, as root without capabilities: the kernel lets a process
+of the same uid read another's ``/proc/<pid>/environ`` and open its fds
+through ``/proc/<pid>/fd/N`` (a pipe opened there is a write end of that
+pipe) when the target is dumpable and has no capability the caller lacks;
+``kill()`` needs only the same uid; ``TIOCSTI`` into a terminal that is not
+one's own, ``chattr +i``, ``mount`` need the capabilities dropped in step 2.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+from typing import Final
+
+from . import _protocol as p
+
+# Kernel ABI numbers (x86_64), as in _sandbox, which this module must not import (it imports this one).
+SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_RESTRICT_SELF = 444, 446
+LANDLOCK_CREATE_RULESET_VERSION: Final = 1
+FS_MAKE_BLOCK: Final = 1 << 11
+SCOPE_ABSTRACT_UNIX, SCOPE_SIGNAL = 1 << 0, 1 << 1
+PR_SET_DUMPABLE: Final = 4
+CLONE_NEWNS: Final = 0x00020000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_NOATIME, MS_NODIRATIME, MS_REMOUNT, MS_BIND = 1 << 10, 1 << 11, 1 << 5, 1 << 12
+MS_REC, MS_PRIVATE, MS_RELATIME, MS_STRICTATIME = 1 << 14, 1 << 18, 1 << 21, 1 << 24
+CAP_SYS_ADMIN: Final = 21
+_OPTION_FLAGS: Final = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
+                        "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME}  # fmt: skip
+_WORKDIR_PREFIX: Final = "xcsh-run-w"
+_OCTAL: Final = re.compile(r"\\([0-7]{3})")
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]  # fmt: skip
+
+
+_libc: ctypes.CDLL | None = None
+
+
+def _c() -> ctypes.CDLL:
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+        _libc.syscall.restype = ctypes.c_long
+        _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+        _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+    return _libc
+
+
+def _check(result: int, what: str) -> int:
+    """``result`` if not negative; else an OSError with the errno, saying which call failed."""
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what} failed: {os.strerror(err)}")
+    return result
+
+
+def can_mount() -> bool:
+    """True when this process has ``CAP_SYS_ADMIN`` in its effective set (root, before the drop)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> CAP_SYS_ADMIN & 1)
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    def arg(value: str | None) -> bytes | None:
+        return None if value is None else os.fsencode(value)
+
+    result = _c().mount(arg(source), arg(target), arg(fstype), flags, arg(data))
+    _check(result, f"mount({fstype or 'remount'} on {target})")
+
+
+def _cgroup_mounts() -> list[tuple[str, int]]:
+    """Every cgroup (v1 or v2) mount point in this namespace, with its per-mount flags."""
+    found = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            # Optional fields end at "-"; the filesystem type follows it.
+            fstype = fields[fields.index("-") + 1]
+            if fstype not in ("cgroup", "cgroup2"):
+                continue
+            point = fields[4]
+            if "\\" in point:  # \040 for a space, and so on
+                point = _OCTAL.sub(lambda m: chr(int(m[1], 8)), point)
+            flags = 0
+            for option in fields[5].split(","):
+                flags |= _OPTION_FLAGS.get(option, 0)
+            found.append((point, flags))
+    return found
+
+
+def _workdir() -> str | None:
+    """The private workdir (``.../xcsh-run-w<pid>-<random>``) whose ``tmp`` is ``TMPDIR``, if it is one."""
+    tmp = os.environ.get("TMPDIR", "")
+    workdir = os.path.dirname(tmp)
+    if os.path.basename(tmp) != "tmp" or not os.path.basename(workdir).startswith(_WORKDIR_PREFIX):
+        return None
+    return workdir if os.path.isdir(workdir) else None
+
+
+def private_mounts(cfg: p.SandboxConfig) -> None:
+    """The worker's own mount namespace (see the module docstring). Needs ``CAP_SYS_ADMIN``."""
+    strict = cfg.level == "strict"
+    _check(_c().unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    # Private, recursively, before anything is mounted: a shared mount would
+    # carry every mount below to the host's namespace.
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    # Per mount: MS_REMOUNT|MS_BIND changes only this namespace's copy, and
+    # keeps the flags it had (a bind remount replaces them all).
+    for point, flags in _cgroup_mounts():
+        _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags)
+    # tmpfs pages are charged to the memory cgroup of the process that
+    # touches them, so the memory limit bounds these too; the size caps the
+    # space when there is no memory limit, and says ENOSPC instead of OOM.
+    size = f",size={cfg.file_size_bytes}" if cfg.file_size_bytes is not None else ""
+    noexec = MS_NOEXEC if strict else 0
+    if os.path.isdir("/dev/shm"):
+        _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | noexec, "mode=1777" + size)
+    workdir = _workdir() if strict else None
+    if workdir is not None:
+        # noexec also fails an mmap(PROT_EXEC) of a file there, so a binary
+        # copied in cannot be run through the dynamic loader either.
+        owner = f",uid={cfg.drop_uid},gid={cfg.drop_gid}" if cfg.drop_uid is not None else ""
+        _mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0700" + size + owner)
+        for name in ("home", "tmp"):
+            path = os.path.join(workdir, name)
+            os.mkdir(path, 0o700)
+            if cfg.drop_uid is not None:
+                os.chown(path, cfg.drop_uid, cfg.drop_gid if cfg.drop_gid is not None else -1)
+
+
+def set_undumpable() -> None:
+    """No core dumps, and no ptrace-class access (``/proc/<pid>/environ``, ``mem``, ``fd``) without CAP_SYS_PTRACE.
+
+    Kept across fork, reset by execve: every process that runs tool code
+    after an exec is dumpable again, but the worker and the host are not.
+    """
+    _check(_c().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(PR_SET_DUMPABLE, 0)")
+
+
+def protect_host() -> None:
+    """Make the host non-dumpable, when a runner opens; kept for the rest of the process's life.
+
+    Its /proc entries (its environ, with every secret the scrub keeps from
+    tools; its fds, the MCP channel among them; its memory) then need
+    CAP_SYS_PTRACE, which no contained or strict tool has, even one of the
+    host's uid. Never undone: a worker of a closed runner may still be on its
+    way out, and another runner may be open in the same process.
+    """
+    try:
+        set_undumpable()
+    except OSError:
+        pass  # prctl(PR_SET_DUMPABLE) has no failure mode for a live process; nothing to stop for
+
+
+def isolate() -> int:
+    """Non-dumpable, then a Landlock domain with no file rules; returns the ABI used (0: none).
+
+    Needs ``no_new_privs`` (or CAP_SYS_ADMIN). With ABI 6+, signals and
+    abstract-socket connections to processes outside the domain are denied.
+    With ABI 1-5 there are no scopes: the domain handles only the making of
+    block devices (which the capability drop denies anyway), for the ptrace
+    isolation every domain brings. Without Landlock, only the capability
+    drop and the dumpable flag stand.
+    """
+    set_undumpable()
+    libc = _c()
+    abi = max(0, int(libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0),
+                                  ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION))))  # fmt: skip
+    if abi < 1:
+        return 0
+    if abi >= 6:
+        attr, size = _RulesetAttr(scoped=SCOPE_SIGNAL | SCOPE_ABSTRACT_UNIX), 24
+    else:
+        attr, size = _RulesetAttr(handled_access_fs=FS_MAKE_BLOCK), 8
+    ruleset = _check(
+        libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0)),
+        "landlock_create_ruleset",
+    )
+    try:
+        _check(
+            libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)),
+            "landlock_restrict_self",
+        )
+    finally:
+        os.close(ruleset)
+    return abi
