@@ -206,10 +206,10 @@ async def test_allow_exec_runs_that_program_only(attack: Path) -> None:
 
 # Closed only by a noexec mount of the writable paths (the dynamic loader maps
 # the file PROT_EXEC, which Landlock does not govern; ld.so itself must stay
-# executable as every dynamic program's interpreter). The mount namespace
-# that provides it is a separate change; once merged, drop the xfail.
+# executable as every dynamic program's interpreter). The worker's mount
+# namespace needs CAP_SYS_ADMIN: a host that is not root goes without it.
 @needs_strict
-@pytest.mark.xfail(strict=True, reason="needs the noexec workdir mount (mount namespace)")
+@pytest.mark.skipif(os.geteuid() != 0, reason="the noexec workdir mount needs a root host (mount namespace)")
 async def test_loader_cannot_run_a_program_written_to_tmpdir(attack: Path) -> None:
     out = await probe(attack, STRICT, "ldso_tmp_copy", ldso=LDSO)
     assert out["ok"] and out["value"] != 0, out
@@ -241,11 +241,12 @@ async def test_subprocess_of_an_allowed_program_still_works(attack: Path) -> Non
 
 
 @needs_strict
-@pytest.mark.parametrize("policy", [STRICT, CONTAINED], ids=["strict", "contained"])
+@pytest.mark.parametrize("policy", [STRICT, NONE], ids=["strict", "none"])
 @pytest.mark.parametrize("name", ["clone_ns", "clone3_ns", "unshare_ns"])
 async def test_no_new_namespaces(attack: Path, policy: SandboxPolicy, name: str) -> None:
+    # Positive control at none: contained drops every capability, so it refuses these too.
     out = await probe(attack, policy, name)
-    if policy is CONTAINED:
+    if policy is NONE:
         # The child, in its new namespaces, could set the hostname (it exits 0).
         assert out["ok"] and out["value"] in (0, None), out
         if name == "unshare_ns":
@@ -393,7 +394,7 @@ def test_a_workdir_handed_to_nobody_is_still_removed_and_swept(tmp_path: Path) -
 
             dead = workdir.with_name(workdir.name.replace(f"w{os.getpid()}-", "w999999999-"))
             workdir.rename(dead)
-            assert _workdir_host(dead.name) == 999999999
+            assert (_workdir_host(dead.name) or (0,))[0] == 999999999
             assert sweep_stale_workdirs(dead.parent) == []
             workdir = dead
         assert not workdir.exists()
