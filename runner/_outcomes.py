@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from worker import _protocol as p
 
@@ -26,6 +26,9 @@ from ._results import ErrorKind, ToolResult, error_result
 from ._sandbox import SandboxPolicy
 from ._validate import check_details
 from ._worker_api import InFlight, PoolWorker
+
+if TYPE_CHECKING:
+    from ._calltable import Call  # which imports Rung from here
 
 log: Final = logging.getLogger("xcsh_run")
 UpdateCallback = Callable[[dict[str, Any]], object]
@@ -88,7 +91,9 @@ def stopped(
     )
 
 
-def interpret(info: ToolInfo, worker: PoolWorker, pending: InFlight[p.CallResult]) -> ToolResult:
+def interpret(
+    info: ToolInfo, worker: PoolWorker, pending: InFlight[p.CallResult], call: Call, policy: SandboxPolicy
+) -> ToolResult:
     """The worker's answer (or its end) as a result."""
     try:
         result = pending.outcome()
@@ -96,14 +101,20 @@ def interpret(info: ToolInfo, worker: PoolWorker, pending: InFlight[p.CallResult
         data = exc.data
         kind = ErrorKind(p.kind_of(exc.error.code))  # rule 3
         message = exc.error.message
+        limit = str_or_none(data.get("limit")) if kind is ErrorKind.LIMIT_EXCEEDED else None
         if kind is ErrorKind.PROTOCOL_ERROR:
             message = f"the worker answered with an unexpected error ({exc.error.code}): {message}"
+        elif (doubt := _unconfirmed(kind, limit, worker, call, policy)) is not None:
+            # Rule 3, for what a worker may say at all: these kinds are the host's
+            # observations, and the worker's word is a claim the host checks.
+            message = f"{message} [the tool reported this as {kind.value}{f' ({limit})' if limit else ''}; {doubt}]"
+            kind, limit = ErrorKind.TOOL_ERROR, None
         return error_result(
             kind,
             message,
             traceback=str_or_none(data.get("traceback")),
             path=str_or_none(data.get("path")),
-            limit=str_or_none(data.get("limit")),
+            limit=limit,
             module=info.module,
         )
     except WorkerDied as exc:
@@ -130,6 +141,38 @@ def interpret(info: ToolInfo, worker: PoolWorker, pending: InFlight[p.CallResult
     return ToolResult(content=result.content, details=result.details)
 
 
+WORKER_KINDS: Final = frozenset({ErrorKind.TOOL_ERROR, ErrorKind.INVALID_ARGUMENTS, ErrorKind.NOT_FOUND})
+"""What a worker's answer to a call may say as it is; ``cancelled`` and ``limit_exceeded`` are checked."""
+
+
+def _unconfirmed(
+    kind: ErrorKind, limit: str | None, worker: PoolWorker, call: Call, policy: SandboxPolicy
+) -> str | None:
+    """Why the host does not take a worker's error kind as it is; None if it does."""
+    if kind in WORKER_KINDS:
+        return None
+    if kind is ErrorKind.CANCELLED:
+        return None if call.reason is not None or call.stopping else "the host did not cancel it"
+    if kind is not ErrorKind.LIMIT_EXCEEDED:
+        return f"only the host reports {kind.value}"
+    # A limit enforced inside the worker (an rlimit, or the frame size its own
+    # encoder checks) leaves marks in the kernel that only grow: a tool that
+    # raises MemoryError or EMFILE itself, or writes the error frame by hand,
+    # has not made them, and the host says only what it can see.
+    mib = 1 << 20
+    mark = worker.high_water()
+    seen = {
+        "memory": policy.memory_mb is not None
+        and (worker.boundary.oom_kills() > 0 or mark.peak_rss >= policy.memory_mb * mib // 2),
+        "open_files": policy.open_files is not None and mark.fd_slots >= policy.open_files,
+        "file_size": policy.file_size_mb is not None and mark.written >= policy.file_size_mb * mib,
+        "output": mark.peak_rss >= worker.max_frame_bytes,
+    }
+    if limit is not None and seen.get(limit):
+        return None
+    return f"the host saw no sign of the {limit or 'unnamed'} limit being reached, so it is reported as a tool_error"
+
+
 def limits(result: ToolResult, worker: PoolWorker, policy: SandboxPolicy) -> ToolResult:
     """Name the sandbox limit behind a failure, when one was hit."""
     if result.kind not in ("crashed", "tool_error"):
@@ -141,7 +184,8 @@ def limits(result: ToolResult, worker: PoolWorker, policy: SandboxPolicy) -> Too
         limit, why = "output", f"the worker wrote more than {policy.output_mb} MiB to stdout and stderr"
     elif worker.boundary.oom_kills():
         limit, why = "memory", f"the tool's processes went over the {policy.memory_mb} MiB memory limit (OOM kill)"
-    elif err.signal == "SIGXCPU" or (err.signal == "SIGKILL" and _near_cpu_limit(worker, policy)):
+    elif err.signal in ("SIGXCPU", "SIGKILL") and _near_cpu_limit(worker, policy):
+        # SIGXCPU alone is no proof: a tool can send it to itself.
         limit, why = "cpu", f"the worker used its {policy.cpu_seconds} s of CPU time"
     elif worker.boundary.pids_limit_hits():
         limit, why = "processes", f"the tool tried to run more than {policy.max_procs} processes"
@@ -160,8 +204,10 @@ def limits(result: ToolResult, worker: PoolWorker, policy: SandboxPolicy) -> Too
 
 
 def _near_cpu_limit(worker: PoolWorker, policy: SandboxPolicy) -> bool:
-    # SIGKILL at the hard limit (soft + 5 s), for a tool that ignored SIGXCPU.
-    return policy.cpu_seconds is not None and worker.cpu_seconds() >= policy.cpu_seconds
+    # SIGXCPU at the soft limit, SIGKILL at the hard one (soft + 5 s) for a
+    # tool that ignored SIGXCPU; the kernel checks about once a tick, so it has
+    # used the limit when either arrives (less a little for clock rounding).
+    return policy.cpu_seconds is not None and worker.cpu_seconds() >= policy.cpu_seconds * 0.95
 
 
 def str_or_none(value: object) -> str | None:

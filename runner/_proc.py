@@ -40,6 +40,7 @@ from ._forkserver import ForkServer
 from ._output import OutputTail
 from ._process import SupervisedProcess, write_some
 from ._teardown import TeardownStats
+from ._usage import HighWater
 from ._worker_api import InFlight, PoolWorker, UpdateHandler
 
 __all__ = [
@@ -201,12 +202,13 @@ class WorkerProcess:
         return not self.process.exited and self.protocol_error is None and self._conn.state not in _GONE
 
     def cpu_seconds(self) -> float:
-        """CPU time the worker process has used (user + system), 0 if unknown."""
         return self.process.cpu_seconds()
 
     def rss_bytes(self) -> int:
-        """The worker process's resident memory, 0 if unknown."""
         return self.process.rss_bytes()
+
+    def high_water(self) -> HighWater:
+        return self.process.high_water()
 
     def terminate(self) -> None:
         """Send SIGTERM to the worker (not its children): the first rung of the ladder."""

@@ -29,6 +29,7 @@ from runner._housekeeping import Housekeeping
 from runner._pool import PoolRules, WorkerPool
 from runner._registry import ToolInfo, ToolRegistry
 from runner._sandbox import SandboxPolicy
+from runner._usage import HighWater
 from runner._worker_api import InFlight
 from worker import _protocol as p
 
@@ -79,6 +80,7 @@ class FakeWorker:
         self.stderr_tail = FakeTail()
         self.rss = 0
         self.cpu = 0.0
+        self.max_frame_bytes = p.DEFAULT_MAX_FRAME_BYTES
         self.events: list[str] = []
         self.call_ids: list[str] = []
         self.die_on_call = False
@@ -95,6 +97,9 @@ class FakeWorker:
 
     def rss_bytes(self) -> int:
         return self.rss
+
+    def high_water(self) -> HighWater:
+        return HighWater(-1, -1, -1)
 
     async def call(self, method: p.Method[Any, Any], params: Any) -> Any:
         pending = await self.start_call(method, params)
