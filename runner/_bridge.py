@@ -22,6 +22,16 @@ import trio
 
 from worker import _protocol as p
 
+from ._bounds import (
+    PENDING_MAX_BYTES,
+    PENDING_PER_WORKER,
+    PENDING_TOTAL,
+    STRAYS_LOGGED,
+    UI_IN_FLIGHT_PER_WORKER,
+    UI_MAX_BYTES,
+    cut_log,
+    over,
+)
 from ._calltable import CallTable
 from ._config import RunnerConfig
 from ._errors import ConfigError, RemoteProtocolError, WorkerDied, describe_exit
@@ -51,21 +61,6 @@ SESSION_EVENTS: Final = (
 - ``ttsr_triggered``: ``{reason, rules}``
 - ``todo_reminder``: ``{reason, todos, attempt, maxAttempts}``
 """
-
-# What the host keeps on a worker's behalf is bounded, whatever the worker
-# sends (docs/sandbox.md, "What the host enforces whatever the tool does").
-# worker/_api.py refuses the same pending actions first, with the same numbers,
-# so an honest tool gets an exception where it pushed; these catch the rest.
-PENDING_MAX_BYTES: Final = 1 << 20
-"""A pending action's label plus its JSON ``details``: a preview a person or a model reads, not a payload."""
-PENDING_PER_WORKER: Final = 16
-PENDING_TOTAL: Final = 64
-"""So previews hold at most 64 MiB of the host, and pin at most 64 workers."""
-UI_IN_FLIGHT_PER_WORKER: Final = 8
-UI_MAX_BYTES: Final = 1 << 20
-"""A UI request's arguments, held while the UI answers (which may take a person's time)."""
-LOG_MAX_CHARS: Final = 256 * 1024
-"""One log record's message, cut past this: records are queued per call for MCP clients (100 at most)."""
 
 ui_call: Final = contextvars.ContextVar[str | None]("xcsh_run_ui_call", default=None)
 """The id of the call whose prompt a UI method is answering (None outside a call): set while the bridge
@@ -132,15 +127,6 @@ class PendingActionRecord:
 
     def preview(self) -> dict[str, Any]:
         return {"label": self.label, "details": self.details, "sourceToolName": self.source_tool_name}
-
-
-def _over(what: str, value: Any, limit: int, extra: int = 0) -> str | None:
-    """Why ``value`` (decoded from one frame) is too big to keep, as JSON plus ``extra`` bytes; None if it fits."""
-    try:
-        size = len(msgspec.json.encode(value)) + extra
-    except (TypeError, ValueError, RecursionError, msgspec.EncodeError):
-        return f"{what} cannot be measured (nested too deep to encode again)"
-    return f"{what} is {size} bytes of JSON, over the {limit}-byte limit" if size > limit else None
 
 
 def default_render_call(label: str, args: Any) -> str:
@@ -235,7 +221,7 @@ class HostBridge:
                 f"{UI_IN_FLIGHT_PER_WORKER} UI requests of this worker are already waiting for an answer; "
                 "wait for one before asking again",
             )
-        if (problem := _over("the UI request's arguments", params.args, UI_MAX_BYTES)) is not None:
+        if (problem := over("the UI request's arguments", params.args, UI_MAX_BYTES)) is not None:
             raise RemoteRequestRefused(int(p.ErrorCode.INVALID_PARAMS), f"{problem}; show less in a prompt")
         self._ui_in_flight[worker] = in_flight + 1
         with trio.CancelScope() as scope:
@@ -262,12 +248,7 @@ class HostBridge:
                 # Another call's id: its log (and an MCP client's) must not show this worker's words.
                 self._disowned(worker, "a log record", record.call_id)
                 record = msgspec.structs.replace(record, call_id=None)
-            if len(record.message) > LOG_MAX_CHARS:
-                cut = len(record.message) - LOG_MAX_CHARS
-                record = msgspec.structs.replace(
-                    record, message=f"{record.message[:LOG_MAX_CHARS]}... [{cut} characters cut: the host keeps "
-                    f"{LOG_MAX_CHARS} of one record]"
-                )  # fmt: skip
+            record = cut_log(record)
             slot = self._pool.slot(worker)
             tool = call.tool if call is not None else os.path.basename(slot.module) if slot is not None else ""
             tool_log.log(
@@ -292,7 +273,7 @@ class HostBridge:
             ui: p.UiParams = message.params
             if ui.method not in ("notify", "set_status", "set_editor_text"):
                 return
-            problem = _over(f"a UI {ui.method}'s arguments", ui.args, UI_MAX_BYTES)
+            problem = over(f"a UI {ui.method}'s arguments", ui.args, UI_MAX_BYTES)
             if problem is None and self._ui_in_flight.get(worker, 0) >= UI_IN_FLIGHT_PER_WORKER:
                 problem = f"{UI_IN_FLIGHT_PER_WORKER} UI requests of this worker are waiting for the UI already"
             if problem is not None:
@@ -303,9 +284,17 @@ class HostBridge:
             self._housekeeping.start_soon(self._fire_ui, worker, ui.method, ui.args)
 
     def _disowned(self, worker: PoolWorker, what: str, call_id: str | None) -> None:
+        slot = self._pool.slot(worker)
+        strays = 1
+        if slot is not None:
+            slot.strays += 1
+            strays = slot.strays
+        if strays > STRAYS_LOGGED:
+            return  # a worker that floods the host with them does not flood its log too
         log.warning(
-            "worker %d (%s) sent %s for call %r, which it is not running; ignored",
+            "worker %d (%s) sent %s for call %r, which it is not running; ignored%s",
             worker.pid, self._module_name(worker), what, call_id,
+            "; further ones from this worker are not logged" if strays == STRAYS_LOGGED else "",
         )  # fmt: skip
 
     def _module_name(self, worker: PoolWorker) -> str:
@@ -320,7 +309,7 @@ class HostBridge:
             return
         mine = sum(1 for r in self.pending if r.worker is worker)
         label_bytes = len(push.label.encode("utf-8", "replace"))
-        problem = _over("its label and details", push.details, PENDING_MAX_BYTES, label_bytes)
+        problem = over("its label and details", push.details, PENDING_MAX_BYTES, label_bytes)
         if problem is None and mine >= PENDING_PER_WORKER:
             problem = f"this worker holds {mine} already, the most a worker may hold"
         elif problem is None and len(self.pending) >= PENDING_TOTAL:

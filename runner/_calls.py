@@ -252,7 +252,11 @@ class Calls:
                 rung = await self._deliver_cancel(slot.worker, call.call_id, call.reason or "timeout", pending)
                 return stopped(info, kind, call.reason, timeout, rung, slot.worker)
             assert pending is not None
-            result = limits(interpret(info, slot.worker, pending, call, policy), slot.worker, policy)
+            result = limits(
+                interpret(info, slot.worker, pending, policy, stopped=call.reason is not None or call.stopping),
+                slot.worker,
+                policy,
+            )
             healthy = result.kind in (None, "tool_error", "invalid_arguments")
             if call.violation is not None and result.kind in (None, "tool_error"):
                 # Its worker went past a bound its own API enforces (runner._bridge): it

@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from worker import _protocol as p
 
@@ -26,9 +26,6 @@ from ._results import ErrorKind, ToolResult, error_result
 from ._sandbox import SandboxPolicy
 from ._validate import check_details
 from ._worker_api import InFlight, PoolWorker
-
-if TYPE_CHECKING:
-    from ._calltable import Call  # which imports Rung from here
 
 log: Final = logging.getLogger("xcsh_run")
 UpdateCallback = Callable[[dict[str, Any]], object]
@@ -92,9 +89,9 @@ def stopped(
 
 
 def interpret(
-    info: ToolInfo, worker: PoolWorker, pending: InFlight[p.CallResult], call: Call, policy: SandboxPolicy
+    info: ToolInfo, worker: PoolWorker, pending: InFlight[p.CallResult], policy: SandboxPolicy, *, stopped: bool
 ) -> ToolResult:
-    """The worker's answer (or its end) as a result."""
+    """The worker's answer (or its end) as a result; ``stopped``: the host was stopping the call."""
     try:
         result = pending.outcome()
     except RemoteError as exc:
@@ -104,7 +101,7 @@ def interpret(
         limit = str_or_none(data.get("limit")) if kind is ErrorKind.LIMIT_EXCEEDED else None
         if kind is ErrorKind.PROTOCOL_ERROR:
             message = f"the worker answered with an unexpected error ({exc.error.code}): {message}"
-        elif (doubt := _unconfirmed(kind, limit, worker, call, policy)) is not None:
+        elif (doubt := _unconfirmed(kind, limit, worker, policy, stopped)) is not None:
             # Rule 3, for what a worker may say at all: these kinds are the host's
             # observations, and the worker's word is a claim the host checks.
             message = f"{message} [the tool reported this as {kind.value}{f' ({limit})' if limit else ''}; {doubt}]"
@@ -146,13 +143,13 @@ WORKER_KINDS: Final = frozenset({ErrorKind.TOOL_ERROR, ErrorKind.INVALID_ARGUMEN
 
 
 def _unconfirmed(
-    kind: ErrorKind, limit: str | None, worker: PoolWorker, call: Call, policy: SandboxPolicy
+    kind: ErrorKind, limit: str | None, worker: PoolWorker, policy: SandboxPolicy, stopped: bool
 ) -> str | None:
     """Why the host does not take a worker's error kind as it is; None if it does."""
     if kind in WORKER_KINDS:
         return None
     if kind is ErrorKind.CANCELLED:
-        return None if call.reason is not None or call.stopping else "the host did not cancel it"
+        return None if stopped else "the host did not cancel it"
     if kind is not ErrorKind.LIMIT_EXCEEDED:
         return f"only the host reports {kind.value}"
     # A limit enforced inside the worker (an rlimit, or the frame size its own

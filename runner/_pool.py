@@ -75,7 +75,18 @@ class SlotState(enum.Enum):
 class Slot:
     """One worker's pool state. Written only by :class:`WorkerPool` (``has_ui`` by the bridge)."""
 
-    __slots__ = ("worker", "policy", "module", "state", "idle_since", "calls_served", "pins", "has_ui", "loaded")
+    __slots__ = (
+        "worker",
+        "policy",
+        "module",
+        "state",
+        "idle_since",
+        "calls_served",
+        "pins",
+        "has_ui",
+        "loaded",
+        "strays",
+    )
 
     def __init__(self, worker: PoolWorker, policy: SandboxPolicy, module: str, *, has_ui: bool) -> None:
         self.worker = worker
@@ -89,6 +100,7 @@ class Slot:
         # What its module defined when this worker loaded it (set by the registry):
         # the truth a call checks its planned tool against (the cache may be stale or forged).
         self.loaded: p.LoadResult | None = None
+        self.strays = 0  # messages it sent for calls it is not running (runner._bridge)
 
     def __repr__(self) -> str:
         return f"<Slot pid={self.worker.pid} {self.state.name} module={self.module!r} pins={self.pins}>"
