@@ -23,7 +23,13 @@ import pytest
 import trio
 
 from runner import SandboxPolicy
-from runner._bounds import LOG_MAX_CHARS, PENDING_MAX_BYTES, PENDING_PER_WORKER, PENDING_TOTAL
+from runner._bounds import (
+    LOG_MAX_CHARS,
+    PENDING_MAX_BYTES,
+    PENDING_PER_WORKER,
+    PENDING_TOTAL,
+    UI_IN_FLIGHT_PER_WORKER,
+)
 from worker import _api as worker_api
 
 from .conftest import make_runner
@@ -187,11 +193,11 @@ async def test_forged_pending_actions_do_not_grow_the_host(tmp_path: Path) -> No
             result = await runner.call_tool("forge", {"count": count, "bytes": size})
             grown = _host_rss() - before
             kept = runner.pending_actions()
+    # Held, the attack is count * size (160 MiB); each frame passes through the host once.
+    assert grown < 3 * size, f"the host grew by {grown / MiB:.0f} MiB"
     assert result.kind == "tool_error", result
     assert f"over the {PENDING_MAX_BYTES}-byte limit" in result.text
     assert len(kept) == 1  # none of the big ones
-    # Held, the attack is count * size (160 MiB); each frame passes through the host once.
-    assert grown < 3 * size, f"the host grew by {grown / MiB:.0f} MiB"
 
 
 async def test_pending_actions_are_capped_per_worker_and_in_all(tmp_path: Path) -> None:
@@ -243,6 +249,64 @@ async def test_log_records_are_cut_and_stay_with_their_own_call(
     assert getattr(records[0], "call_id", None) == "me"
     assert getattr(records[1], "call_id", "missing") is None  # not logged as someone-else's
     assert "sent a log record for call 'someone-else'" in caplog.text
+
+
+ASKER = """
+    import threading, time
+    from worker import _protocol as p
+    from worker.pi import CustomTool
+
+    def factory(api):
+        def flood(tcid, params, on_update, ctx, signal):
+            results = []
+
+            def ask(call_id):
+                try:
+                    request = p.UiParams(call_id=call_id, method="confirm", args=["title", "message"])
+                    results.append(api._link.request(p.UI, request))
+                except RuntimeError as exc:  # the host's refusal
+                    results.append(str(exc))
+
+            for _ in range(params["count"]):
+                threading.Thread(target=ask, args=(tcid,), daemon=True).start()
+            spoof = threading.Thread(target=ask, args=("someone-else",))
+            spoof.start()
+            spoof.join(10)
+            deadline = time.monotonic() + 10
+            while sum(isinstance(r, str) for r in results) < params["refusals"] and time.monotonic() < deadline:
+                time.sleep(0.01)
+            refused = [r for r in results if isinstance(r, str)]
+            return {"content": [], "details": {"refused": refused, "answers": [r for r in results if r not in refused]}}
+        return [CustomTool(name="flood", description="asks", parameters={"type": "object"}, execute=flood)]
+"""
+
+
+class _HangingUI:
+    def __init__(self) -> None:
+        self.shown: list[str] = []
+        self.release = trio.Event()
+
+    async def confirm(self, title: str, message: str) -> bool:
+        self.shown.append(message)
+        await self.release.wait()
+        return True
+
+
+async def test_ui_requests_are_capped_and_stay_with_their_own_call(tmp_path: Path) -> None:
+    asker = _module(tmp_path, "asker", ASKER)
+    ui = _HangingUI()
+    extra = 4
+    with trio.fail_after(30):
+        async with make_runner(asker) as runner:
+            runner.set_ui_context(ui)
+            count = UI_IN_FLIGHT_PER_WORKER + extra
+            result = await runner.call_tool("flood", {"count": count, "refusals": extra})
+            shown = list(ui.shown)
+            ui.release.set()
+    assert result.details["answers"] == [False], result  # the spoofed prompt: answered empty, never shown
+    assert len(result.details["refused"]) == extra, result
+    assert f"{UI_IN_FLIGHT_PER_WORKER} UI requests of this worker are already waiting" in result.details["refused"][0]
+    assert len(shown) == UI_IN_FLIGHT_PER_WORKER  # positive control: the UI did show the tool's own prompts
 
 
 # --- 7. the policy's wall is a ceiling ---------------------------------------------------
@@ -387,9 +451,10 @@ def _depth(value: Any) -> int:
     return depth
 
 
-async def test_deep_results(tmp_path: Path) -> None:
-    from worker._protocol import MAX_NESTING
+MAX_NESTING = 512  # worker._protocol.MAX_NESTING, as docs/sandbox.md gives it
 
+
+async def test_deep_results(tmp_path: Path) -> None:
     deep = _module(tmp_path, "deep", DEEP)
     with trio.fail_after(60):
         async with make_runner(deep) as runner:
@@ -402,6 +467,9 @@ async def test_deep_results(tmp_path: Path) -> None:
         assert result.kind == "tool_error", result
         assert f"{MAX_NESTING} levels deep" in result.text
     assert _depth(after.details) == 3
+    from worker._protocol import MAX_NESTING as documented
+
+    assert documented == MAX_NESTING
 
 
 # --- 12. a poisoned module-cache entry cannot change what a call runs ---------------------

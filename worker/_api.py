@@ -381,7 +381,8 @@ class ToolAPI:
         ``action`` has ``label`` (str), ``apply(reason)``, and optionally
         ``reject(reason)``, ``details`` (JSON) and ``source_tool_name``. The
         callables stay in this worker; the host keeps the preview. Returns the
-        action's id.
+        action's id. Raises ValueError when the label and details are over
+        1 MiB of JSON, or when this worker already holds 16 unresolved actions.
         """
 
         def field(name: str, default: Any = None) -> Any:
