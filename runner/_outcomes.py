@@ -160,7 +160,11 @@ def _unconfirmed(
     mark = worker.high_water()
     seen = {
         "memory": policy.memory_mb is not None
-        and (worker.boundary.oom_kills() > 0 or mark.peak_rss >= policy.memory_mb * mib // 2),
+        and (
+            worker.boundary.oom_kills() > 0
+            or mark.peak_rss >= policy.memory_mb * mib // 2
+            or mark.peak_vm >= policy.memory_mb * mib
+        ),
         "open_files": policy.open_files is not None and mark.fd_slots >= policy.open_files,
         "file_size": policy.file_size_mb is not None and mark.written >= policy.file_size_mb * mib,
         "output": mark.peak_rss >= worker.max_frame_bytes,
@@ -201,10 +205,12 @@ def limits(result: ToolResult, worker: PoolWorker, policy: SandboxPolicy) -> Too
 
 
 def _near_cpu_limit(worker: PoolWorker, policy: SandboxPolicy) -> bool:
-    # SIGXCPU at the soft limit, SIGKILL at the hard one (soft + 5 s) for a
-    # tool that ignored SIGXCPU; the kernel checks about once a tick, so it has
-    # used the limit when either arrives (less a little for clock rounding).
-    return policy.cpu_seconds is not None and worker.cpu_seconds() >= policy.cpu_seconds * 0.95
+    # SIGXCPU at the soft limit, SIGKILL at the hard one (soft + 5 s) for a tool
+    # that ignored SIGXCPU. The kernel checks the limit against its precise run
+    # time, while rusage is tick-sampled: at SIGXCPU it read 0.83 s of a 1 s
+    # limit here. Half the limit is proof enough that a tool did not just send
+    # itself the signal: it had to burn that much CPU first.
+    return policy.cpu_seconds is not None and worker.cpu_seconds() >= policy.cpu_seconds / 2
 
 
 def str_or_none(value: object) -> str | None:

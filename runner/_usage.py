@@ -22,6 +22,7 @@ class HighWater(NamedTuple):
 
     fd_slots: int  # FDSize: its fd table's size, grown to cover the highest fd it ever held
     peak_rss: int  # VmHWM, bytes
+    peak_vm: int  # VmPeak, bytes: what RLIMIT_DATA (no memory cgroup) counts is part of it
     written: int  # wchar of /proc/<pid>/io: bytes it passed to write() and friends
 
 
@@ -63,8 +64,11 @@ class ResourceUse:
                 parts = value.split()
                 if parts and parts[0].isdigit():
                     fields[key] = int(parts[0])
-        hwm = fields.get(b"VmHWM", -1)
-        return HighWater(fields.get(b"FDSize", -1), hwm * 1024 if hwm >= 0 else -1, fields.get(b"wchar", -1))
+        hwm, peak = fields.get(b"VmHWM", -1), fields.get(b"VmPeak", -1)
+        return HighWater(
+            fields.get(b"FDSize", -1), hwm * 1024 if hwm >= 0 else -1, peak * 1024 if peak >= 0 else -1,
+            fields.get(b"wchar", -1),
+        )  # fmt: skip
 
     def _read_proc(self, name: str, size: int) -> bytes:
         if self._finished.is_set():

@@ -99,7 +99,7 @@ class FakeWorker:
         return self.rss
 
     def high_water(self) -> HighWater:
-        return HighWater(-1, -1, -1)
+        return HighWater(-1, -1, -1, -1)
 
     async def call(self, method: p.Method[Any, Any], params: Any) -> Any:
         pending = await self.start_call(method, params)
