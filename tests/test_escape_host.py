@@ -18,9 +18,11 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import psutil
 import pytest
 import trio
+import trio.testing
 
 from runner import SandboxPolicy
 from runner._bounds import (
@@ -32,6 +34,7 @@ from runner._bounds import (
 )
 from worker import _api as worker_api
 
+from ._fakes import FakeFactory, assemble
 from .conftest import make_runner
 
 MiB = 1 << 20
@@ -518,3 +521,24 @@ async def test_a_poisoned_cache_entry_is_checked_and_healed(tmp_path: Path) -> N
     assert bad_args.kind == "invalid_arguments", bad_args
     assert slow.kind == "timeout" and "after 1 s" in slow.text and took < 5, slow
     assert json.loads(entry.read_text())["result"] == real["result"]
+
+
+async def test_a_poisoned_concurrency_is_healed_before_two_calls_overlap(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Concurrency too: the module says exclusive, the (forged) plan says shared; calls still run one at a time."""
+    async with assemble(FakeFactory(mode="hold"), max_workers=4) as a:
+        a.info("echo", concurrency="exclusive")  # what the module defines
+        a.registry.tools["echo"] = msgspec.structs.replace(a.registry.tools["echo"], concurrency="shared")
+        busy: list[int] = []
+        async with trio.open_nursery() as nursery:
+            for n in range(3):
+                nursery.start_soon(lambda n=n: a.call(tool_call_id=f"x{n}"))
+            for _ in range(4):
+                await trio.sleep(1)
+                busy.append(a.pool.counts()["busy"])
+                for worker in a.factory.started:
+                    worker.answer_held()
+        assert max(busy) == 1, busy
+        healed = a.registry.tools["echo"]
+        assert healed.concurrency == "exclusive"
