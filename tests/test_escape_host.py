@@ -35,7 +35,9 @@ from runner._bounds import (
 from worker import _api as worker_api
 
 from ._fakes import FakeFactory, assemble
+from ._mcp_clients import DEADLINE, open_session
 from .conftest import make_runner
+from .test_mcp import text_of
 
 MiB = 1 << 20
 
@@ -54,6 +56,7 @@ VICTIM = """
 
     def factory(api):
         def victim(tcid, params, on_update, ctx, signal):
+            on_update({"content": [{"type": "text", "text": "waiting"}], "details": None})
             # Runs until the attacker says it sent its aborts (or for 20 s at most).
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline:
@@ -72,12 +75,13 @@ ATTACKER = """
     IDS = [f"{kind}-{n}" for kind in ("call", "sync", "mcp", "cli") for n in range(1, 51)]
 
     def factory(api):
-        def send_all(extra):
+        def send_all(extra, own=None):
             for call_id in [*IDS, *extra]:
-                api._link.notify(p.ABORT, p.AbortParams(call_id=call_id, reason="pwned"))
+                if call_id != own:  # aborting its own call is allowed
+                    api._link.notify(p.ABORT, p.AbortParams(call_id=call_id, reason="pwned"))
 
         def attack(tcid, params, on_update, ctx, signal):
-            send_all(params["ids"])
+            send_all(params["ids"], own=tcid)
             open(params["done"], "w").close()
             return "sent"
 
@@ -113,16 +117,25 @@ async def test_a_tool_cannot_abort_another_tools_call(tmp_path: Path, caplog: py
             own = await runner.call_tool("self_abort", {}, timeout=20)
             assert own.kind == "cancelled" and "giving up" in own.text, own
 
+            running: set[str] = set()
+            both = trio.Event()
+
+            def started(call_id: str) -> None:
+                running.add(call_id)
+                if len(running) == 2:
+                    both.set()
+
             async def run_victim(call_id: str) -> None:
-                results[call_id] = await runner.call_tool("victim", {"done": done}, tool_call_id=call_id)
+                results[call_id] = await runner.call_tool(
+                    "victim", {"done": done}, tool_call_id=call_id, on_update=lambda _: started(call_id)
+                )
 
             async with trio.open_nursery() as nursery:
                 # "call-7" is in the attacker's guessed range; "secret" is passed to it as if it had learned it.
                 nursery.start_soon(run_victim, "call-7")
                 nursery.start_soon(run_victim, "secret")
-                await trio.sleep(0.5)  # both victims running (they wait for `done`)
-                # Its own id is outside the guessed range: aborting itself would be allowed.
-                sent = await runner.call_tool("attack", {"ids": ["secret"], "done": done}, tool_call_id="own")
+                await both.wait()  # both victims running (they wait for `done`)
+                sent = await runner.call_tool("attack", {"ids": ["secret"], "done": done})
                 assert sent.text == "sent", sent
     for call_id in ("call-7", "secret"):
         assert results[call_id].text == "survived", results[call_id]
@@ -136,15 +149,40 @@ async def test_an_idle_worker_cannot_abort_a_call(tmp_path: Path) -> None:
         async with make_runner(victim, attacker) as runner:
             armed = await runner.call_tool("arm", {"ids": ["mcp-1"], "start": str(start), "done": done})
             assert armed.text == "armed"
+            running = trio.Event()
             async with trio.open_nursery() as nursery:
 
                 async def run_victim() -> None:
-                    result = await runner.call_tool("victim", {"done": done}, tool_call_id="mcp-1")
+                    result = await runner.call_tool(
+                        "victim", {"done": done}, tool_call_id="mcp-1", on_update=lambda _: running.set()
+                    )
                     assert result.text == "survived", result
 
                 nursery.start_soon(run_victim)
-                await trio.sleep(0.5)
+                await running.wait()
                 start.touch()  # the idle attacker's thread sends its aborts now
+
+
+async def test_a_tool_cannot_abort_another_clients_call_over_mcp(tmp_path: Path) -> None:
+    victim, attacker = _module(tmp_path, "victim", VICTIM), _module(tmp_path, "attacker", ATTACKER)
+    done = str(tmp_path / "done")
+    running = trio.Event()
+    results: list[Any] = []
+
+    async def on_progress(progress: float, total: float | None, text: str | None) -> None:
+        running.set()
+
+    with trio.fail_after(DEADLINE):
+        async with open_session("stdio", str(victim), str(attacker)) as s, trio.open_nursery() as nursery:
+
+            async def run_victim() -> None:
+                results.append(await s.call_tool("victim", {"done": done}, progress_callback=on_progress))
+
+            nursery.start_soon(run_victim)
+            await running.wait()  # the victim's call (mcp-1) is running
+            sent = await s.call_tool("attack", {"ids": [], "done": done})
+    assert not sent.is_error and text_of(sent) == "sent", sent
+    assert text_of(results[0]) == "survived", results[0]
 
 
 # --- 6. what the host keeps for a worker is bounded ---------------------------------------
