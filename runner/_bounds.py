@@ -24,8 +24,8 @@ PENDING_TOTAL: Final = 64
 UI_IN_FLIGHT_PER_WORKER: Final = 8
 UI_MAX_BYTES: Final = 1 << 20
 """A UI request's arguments, held while the UI answers (which may take a person's time)."""
-STRAYS_LOGGED: Final = 5
-"""Warnings logged per worker for messages about calls it is not running."""
+COMPLAINTS_LOGGED: Final = 5
+"""Warnings logged per worker about what it sent past these bounds, or for calls it is not running."""
 LOG_MAX_CHARS: Final = 256 * 1024
 """One log record's message, cut past this: records are queued per call for MCP clients (100 at most)."""
 

@@ -23,10 +23,10 @@ import trio
 from worker import _protocol as p
 
 from ._bounds import (
+    COMPLAINTS_LOGGED,
     PENDING_MAX_BYTES,
     PENDING_PER_WORKER,
     PENDING_TOTAL,
-    STRAYS_LOGGED,
     UI_IN_FLIGHT_PER_WORKER,
     UI_MAX_BYTES,
     cut_log,
@@ -277,25 +277,25 @@ class HostBridge:
             if problem is None and self._ui_in_flight.get(worker, 0) >= UI_IN_FLIGHT_PER_WORKER:
                 problem = f"{UI_IN_FLIGHT_PER_WORKER} UI requests of this worker are waiting for the UI already"
             if problem is not None:
-                log.warning("worker %d (%s): %s; dropped", worker.pid, self._module_name(worker), problem)
+                self._complain(worker, f"{problem}; dropped")
                 return
             self._ui_in_flight[worker] = self._ui_in_flight.get(worker, 0) + 1
             # Housekeeping: a UI whose notify never returns must not hold the runner open.
             self._housekeeping.start_soon(self._fire_ui, worker, ui.method, ui.args)
 
     def _disowned(self, worker: PoolWorker, what: str, call_id: str | None) -> None:
+        self._complain(worker, f"sent {what} for call {call_id!r}, which it is not running; ignored")
+
+    def _complain(self, worker: PoolWorker, what: str) -> None:
+        """Log a warning about what a worker sent, the first few only: a flood of them must not flood the log."""
         slot = self._pool.slot(worker)
-        strays = 1
+        count = 1
         if slot is not None:
-            slot.strays += 1
-            strays = slot.strays
-        if strays > STRAYS_LOGGED:
-            return  # a worker that floods the host with them does not flood its log too
-        log.warning(
-            "worker %d (%s) sent %s for call %r, which it is not running; ignored%s",
-            worker.pid, self._module_name(worker), what, call_id,
-            "; further ones from this worker are not logged" if strays == STRAYS_LOGGED else "",
-        )  # fmt: skip
+            slot.complaints += 1
+            count = slot.complaints
+        if count <= COMPLAINTS_LOGGED:
+            last = "; further warnings about this worker are not logged" if count == COMPLAINTS_LOGGED else ""
+            log.warning("worker %d (%s) %s%s", worker.pid, self._module_name(worker), what, last)
 
     def _module_name(self, worker: PoolWorker) -> str:
         slot = self._pool.slot(worker)
@@ -319,7 +319,7 @@ class HostBridge:
                 f"pending action {push.label[:80]!r} dropped: {problem}; resolve (or discard) pending actions "
                 "first, and keep a preview's details small"
             )
-            log.warning("worker %d (%s): %s", worker.pid, self._module_name(worker), message)
+            self._complain(worker, message)
             if call is not None and call.violation is None:
                 call.violation = message
             return

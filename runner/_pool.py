@@ -85,7 +85,7 @@ class Slot:
         "pins",
         "has_ui",
         "loaded",
-        "strays",
+        "complaints",
     )
 
     def __init__(self, worker: PoolWorker, policy: SandboxPolicy, module: str, *, has_ui: bool) -> None:
@@ -100,7 +100,7 @@ class Slot:
         # What its module defined when this worker loaded it (set by the registry):
         # the truth a call checks its planned tool against (the cache may be stale or forged).
         self.loaded: p.LoadResult | None = None
-        self.strays = 0  # messages it sent for calls it is not running (runner._bridge)
+        self.complaints = 0  # warnings the bridge logged about what it sent (runner._bridge)
 
     def __repr__(self) -> str:
         return f"<Slot pid={self.worker.pid} {self.state.name} module={self.module!r} pins={self.pins}>"
