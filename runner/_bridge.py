@@ -22,6 +22,16 @@ import trio
 
 from worker import _protocol as p
 
+from ._bounds import (
+    COMPLAINTS_LOGGED,
+    PENDING_MAX_BYTES,
+    PENDING_PER_WORKER,
+    PENDING_TOTAL,
+    UI_IN_FLIGHT_PER_WORKER,
+    UI_MAX_BYTES,
+    cut_log,
+    over,
+)
 from ._calltable import CallTable
 from ._config import RunnerConfig
 from ._errors import ConfigError, RemoteProtocolError, WorkerDied, describe_exit
@@ -164,6 +174,7 @@ class HostBridge:
         self._ui: object = NoOpUI()
         self.context: dict[str, Any] = {}
         self.pending: list[PendingActionRecord] = []
+        self._ui_in_flight: dict[PoolWorker, int] = {}
         # Also given every tool log record, whatever the logging levels: the MCP
         # server sends them to the client whose call made them. Must not block.
         self.log_listener: Callable[[p.LogParams], None] | None = None
@@ -196,9 +207,23 @@ class HostBridge:
         if params.method not in p.UI_METHODS:
             raise RemoteRequestRefused(int(p.ErrorCode.INVALID_PARAMS), f"unknown UI method {params.method!r}")
         default = UI_DEFAULTS[params.method]
-        call = self._calls.get(params.call_id)
+        call = self._calls.owned(params.call_id, worker)
+        if params.call_id is not None and call is None:
+            # Not this worker's call: answering would show its prompt to another call's client.
+            self._disowned(worker, f"a UI prompt ({params.method})", params.call_id)
+            return default
         if call is not None and (call.reason is not None or call.stopping):
             return default  # the call is being stopped: answer now, show nothing
+        in_flight = self._ui_in_flight.get(worker, 0)
+        if in_flight >= UI_IN_FLIGHT_PER_WORKER:
+            raise RemoteRequestRefused(
+                int(p.ErrorCode.INVALID_REQUEST),
+                f"{UI_IN_FLIGHT_PER_WORKER} UI requests of this worker are already waiting for an answer; "
+                "wait for one before asking again",
+            )
+        if (problem := over("the UI request's arguments", params.args, UI_MAX_BYTES)) is not None:
+            raise RemoteRequestRefused(int(p.ErrorCode.INVALID_PARAMS), f"{problem}; show less in a prompt")
+        self._ui_in_flight[worker] = in_flight + 1
         with trio.CancelScope() as scope:
             if call is not None:
                 call.ui_scopes.add(scope)
@@ -212,12 +237,18 @@ class HostBridge:
                 ui_call.reset(token)
                 if call is not None:
                     call.ui_scopes.discard(scope)
+                self._ui_done(worker)
         return default  # cancelled with its call
 
     def on_notification(self, worker: PoolWorker, message: p.NotificationReceived) -> None:
         if message.method is p.LOG:
             record: p.LogParams = message.params
-            call = self._calls.get(record.call_id)
+            call = self._calls.owned(record.call_id, worker)
+            if record.call_id is not None and call is None:
+                # Another call's id: its log (and an MCP client's) must not show this worker's words.
+                self._disowned(worker, "a log record", record.call_id)
+                record = msgspec.structs.replace(record, call_id=None)
+            record = cut_log(record)
             slot = self._pool.slot(worker)
             tool = call.tool if call is not None else os.path.basename(slot.module) if slot is not None else ""
             tool_log.log(
@@ -230,27 +261,87 @@ class HostBridge:
                 self.log_listener(record)
         elif message.method is p.ABORT:
             abort: p.AbortParams = message.params
-            self._calls.abort(abort.call_id, abort.reason)
+            call = self._calls.owned(abort.call_id, worker)
+            if call is None:
+                # Ids are sequential: any worker could otherwise stop any call.
+                self._disowned(worker, "an abort", abort.call_id)
+            else:
+                self._calls.abort(call.call_id, abort.reason)
         elif message.method is p.PENDING:
-            push: p.PendingPushParams = message.params
-            # The action's callables live in this worker: it stays until the
-            # action is resolved or the runner closes.
-            self._pool.pin(worker)
-            self.pending.append(
-                PendingActionRecord(push.action_id, worker, push.label, push.details, push.source_tool_name,
-                                    push.call_id)
-            )  # fmt: skip
+            self._push(worker, message.params)
         elif message.method is p.UI_NOTICE:
             ui: p.UiParams = message.params
-            if ui.method in ("notify", "set_status", "set_editor_text"):
-                # Housekeeping: a UI whose notify never returns must not hold the runner open.
-                self._housekeeping.start_soon(self._fire_ui, ui.method, ui.args)
+            if ui.method not in ("notify", "set_status", "set_editor_text"):
+                return
+            problem = over(f"a UI {ui.method}'s arguments", ui.args, UI_MAX_BYTES)
+            if problem is None and self._ui_in_flight.get(worker, 0) >= UI_IN_FLIGHT_PER_WORKER:
+                problem = f"{UI_IN_FLIGHT_PER_WORKER} UI requests of this worker are waiting for the UI already"
+            if problem is not None:
+                self._complain(worker, f"{problem}; dropped")
+                return
+            self._ui_in_flight[worker] = self._ui_in_flight.get(worker, 0) + 1
+            # Housekeeping: a UI whose notify never returns must not hold the runner open.
+            self._housekeeping.start_soon(self._fire_ui, worker, ui.method, ui.args)
 
-    async def _fire_ui(self, method: str, args: list[Any]) -> None:
+    def _disowned(self, worker: PoolWorker, what: str, call_id: str | None) -> None:
+        self._complain(worker, f"sent {what} for call {call_id!r}, which it is not running; ignored")
+
+    def _complain(self, worker: PoolWorker, what: str) -> None:
+        """Log a warning about what a worker sent, the first few only: a flood of them must not flood the log."""
+        slot = self._pool.slot(worker)
+        count = 1
+        if slot is not None:
+            slot.complaints += 1
+            count = slot.complaints
+        if count <= COMPLAINTS_LOGGED:
+            last = "; further warnings about this worker are not logged" if count == COMPLAINTS_LOGGED else ""
+            log.warning("worker %d (%s) %s%s", worker.pid, self._module_name(worker), what, last)
+
+    def _module_name(self, worker: PoolWorker) -> str:
+        slot = self._pool.slot(worker)
+        return os.path.basename(slot.module) if slot is not None and slot.module else "no module"
+
+    def _push(self, worker: PoolWorker, push: p.PendingPushParams) -> None:
+        """Keep a pending action, or drop it (with a warning, and the call's tool_error) past a bound."""
+        call = self._calls.owned(push.call_id, worker)
+        if push.call_id is not None and call is None:
+            self._disowned(worker, "a pending action", push.call_id)
+            return
+        mine = sum(1 for r in self.pending if r.worker is worker)
+        label_bytes = len(push.label.encode("utf-8", "replace"))
+        problem = over("its label and details", push.details, PENDING_MAX_BYTES, label_bytes)
+        if problem is None and mine >= PENDING_PER_WORKER:
+            problem = f"this worker holds {mine} already, the most a worker may hold"
+        elif problem is None and len(self.pending) >= PENDING_TOTAL:
+            problem = f"the runner holds {len(self.pending)} already, the most it may hold"
+        if problem is not None:
+            message = (
+                f"pending action {push.label[:80]!r} dropped: {problem}; resolve (or discard) pending actions "
+                "first, and keep a preview's details small"
+            )
+            self._complain(worker, message)
+            if call is not None and call.violation is None:
+                call.violation = message
+            return
+        # The action's callables live in this worker: it stays until the
+        # action is resolved or the runner closes.
+        self._pool.pin(worker)
+        self.pending.append(
+            PendingActionRecord(push.action_id, worker, push.label, push.details, push.source_tool_name,
+                                push.call_id)
+        )  # fmt: skip
+
+    async def _fire_ui(self, worker: PoolWorker, method: str, args: list[Any]) -> None:
         try:
             await call_ui(self._ui, method, args)
         except Exception as exc:
             log.warning("UI method %s raised %r", method, exc)
+        finally:
+            self._ui_done(worker)
+
+    def _ui_done(self, worker: PoolWorker) -> None:
+        if (left := self._ui_in_flight.pop(worker, 1) - 1) > 0:
+            self._ui_in_flight[worker] = left
 
     # --- pending actions ------------------------------------------------------------------
 

@@ -37,7 +37,7 @@ import itertools
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import msgspec
 import trio
@@ -60,6 +60,8 @@ log: Final = logging.getLogger("xcsh_run")
 UpdateCallback = Callable[[dict[str, Any]], object]
 
 _call_ids = itertools.count(1)
+# Plans a call may need: the cache's, then its worker's (a second change means the file changed meanwhile).
+_REPLANS: Final = 3
 
 
 class Calls:
@@ -98,7 +100,7 @@ class Calls:
         self._limiter = trio.CapacityLimiter(max_workers)
         self._queue_timeout = queue_timeout
         self._exclusive: dict[str, trio.Lock] = {}
-        self._validators: dict[str, ArgumentValidator] = {}
+        self._validators: dict[str, tuple[dict[str, Any], ArgumentValidator]] = {}
 
     def queued(self) -> int:
         waiting = self._limiter.statistics().tasks_waiting
@@ -118,7 +120,46 @@ class Calls:
         operation_id: str | None = None,
     ) -> ToolResult:
         """One call of a loaded tool to its single terminal result (see ``Runner.call_tool``)."""
-        validator = self._validator(info)
+        planned = self._plan(info, args, timeout, policy, default_timeout)
+        if isinstance(planned, ToolResult):
+            return planned
+        if policy not in self._checked:
+            self._checked[policy] = check(policy, self._probe)  # fail closed before anything runs
+        call = self.table.add(tool_call_id or f"call-{next(_call_ids)}", info.name, operation_id)
+        try:
+            for _ in range(_REPLANS):
+                raw_args, seconds = planned
+                outcome = await self._run(info, call, raw_args, ctx, on_update, seconds, policy)
+                if isinstance(outcome, ToolResult):
+                    break
+                # Its worker's module defines the tool differently from the plan
+                # (a stale or forged cache entry): plan again, from the module's word.
+                info = outcome.info
+                await self._registry.heal(info, outcome.loaded)
+                planned = self._plan(info, args, timeout, policy, default_timeout)
+                if isinstance(planned, ToolResult):
+                    return planned
+            else:
+                message = f"{info.module} kept changing while {info.name!r} was being started; run it again"
+                return error_result(ErrorKind.LOAD_ERROR, message, module=info.module)
+            result = outcome
+            # The host's probe, plus what the worker itself failed to apply.
+            unenforced = [*self._checked[policy], *call.worker_unenforced]
+            if unenforced:
+                result = msgspec.structs.replace(result, unenforced=unenforced)
+            return result
+        finally:
+            self.table.remove(call.call_id)
+
+    def _plan(
+        self, info: ToolInfo, args: Mapping[str, Any], timeout: float | None, policy: SandboxPolicy, default: float
+    ) -> tuple[msgspec.Raw, float] | ToolResult:
+        """The call's checked arguments, encoded, and its timeout; or why it cannot be made."""
+        try:
+            validator = self._validator(info)
+        except SchemaProblem as exc:
+            message = f"{info.module}: tool {info.name!r} cannot be called: {exc}"
+            return error_result(ErrorKind.LOAD_ERROR, message, module=info.module)
         if validator is not None:
             try:
                 validator.validate(args)
@@ -129,31 +170,18 @@ class Calls:
             raw_args = p.encode_value(args)
         except (TypeError, ValueError, RecursionError, msgspec.EncodeError) as exc:
             return error_result(ErrorKind.INVALID_ARGUMENTS, f"arguments are not JSON-serialisable: {exc}", path="$")
-        if policy not in self._checked:
-            self._checked[policy] = check(policy, self._probe)  # fail closed before anything runs
-        if timeout is None:
-            timeout = info.timeout if info.timeout is not None else (policy.wall_seconds or default_timeout)
-        timeout = check_seconds("timeout", timeout)
-        call = self.table.add(tool_call_id or f"call-{next(_call_ids)}", info.name, operation_id)
-        try:
-            result = await self._run(info, call, raw_args, ctx, on_update, timeout, policy)
-            # The host's probe, plus what the worker itself failed to apply.
-            unenforced = [*self._checked[policy], *call.worker_unenforced]
-            if unenforced:
-                result = msgspec.structs.replace(result, unenforced=unenforced)
-            return result
-        finally:
-            self.table.remove(call.call_id)
+        return raw_args, call_timeout(timeout, info, policy, default)
 
     def _validator(self, info: ToolInfo) -> ArgumentValidator | None:
         if info.params_kind != "json_schema":
             return None
-        validator = self._validators.get(info.name)
-        if validator is None:
+        known = self._validators.get(info.name)
+        # Keyed by the schema too: a tool healed from a stale cache entry gets its real one.
+        if known is None or (known[0] is not info.parameters and known[0] != info.parameters):
             # Compiled on first use: a cached run that calls a Struct tool
             # never pays for importing jsonschema.
-            validator = self._validators[info.name] = ArgumentValidator(info.parameters)
-        return validator
+            known = self._validators[info.name] = (info.parameters, ArgumentValidator(info.parameters))
+        return known[1]
 
     async def _run(
         self,
@@ -164,7 +192,7 @@ class Calls:
         on_update: UpdateCallback | None,
         timeout: float,
         policy: SandboxPolicy,
-    ) -> ToolResult:
+    ) -> ToolResult | _Replan:
         now = trio.current_time()
         queue_deadline = now + self._queue_timeout if self._queue_timeout is not None else math.inf
         lock = self._exclusive.setdefault(info.name, trio.Lock()) if info.concurrency == "exclusive" else None
@@ -180,6 +208,9 @@ class Calls:
                 now = trio.current_time()  # rule 1: its own time starts now
                 slot = self._take_warm(info, call, policy, lock, held)
             deadline = now + timeout
+            if slot is not None and (replan := self._as_loaded(info, slot, call)) is not None:
+                healthy = True
+                return replan
             sent = self._send_warm(info, slot, params, on_update) if slot is not None else None
             if isinstance(sent, ToolResult):
                 healthy = True  # nothing was sent: the worker is as good as before
@@ -200,6 +231,9 @@ class Calls:
                         if isinstance(taken, ToolResult):
                             return taken
                         slot = taken
+                    if (replan := self._as_loaded(info, slot, call)) is not None:
+                        healthy = True
+                        return replan
                     # Cancelled already (by the table, or the caller): nothing is sent.
                     await trio.lowlevel.checkpoint_if_cancelled()
                     sent = await self._send(info, slot, params, on_update)
@@ -218,8 +252,17 @@ class Calls:
                 rung = await self._deliver_cancel(slot.worker, call.call_id, call.reason or "timeout", pending)
                 return stopped(info, kind, call.reason, timeout, rung, slot.worker)
             assert pending is not None
-            result = limits(interpret(info, slot.worker, pending), slot.worker, policy)
+            result = limits(
+                interpret(info, slot.worker, pending, policy, stopped=call.reason is not None or call.stopping),
+                slot.worker,
+                policy,
+            )
             healthy = result.kind in (None, "tool_error", "invalid_arguments")
+            if call.violation is not None and result.kind in (None, "tool_error"):
+                # Its worker went past a bound its own API enforces (runner._bridge): it
+                # wrote to the protocol itself, and is not given another call.
+                healthy = False
+                result = error_result(ErrorKind.TOOL_ERROR, call.violation, module=info.module)
             return result
         except BaseException:
             # The caller was cancelled (or something unexpected happened):
@@ -238,6 +281,15 @@ class Calls:
                 self._limiter.release_on_behalf_of(call)
             if held.lock and lock is not None:
                 lock.release()
+
+    def _as_loaded(self, info: ToolInfo, slot: Slot, call: Call) -> _Replan | None:
+        """A new plan if ``slot``'s worker defines the tool otherwise than ``info`` says; None to go on."""
+        real = self._registry.as_loaded(info, slot)
+        if real is None:
+            return None
+        assert slot.loaded is not None
+        call.worker = None  # the worker goes back: it runs nothing for this plan
+        return _Replan(real, slot.loaded)
 
     def _take_warm(
         self, info: ToolInfo, call: Call, policy: SandboxPolicy, lock: trio.Lock | None, held: _Held
@@ -261,6 +313,7 @@ class Calls:
         held.slot = slot
         held.started = True
         call.worker_unenforced = slot.worker.unenforced
+        call.worker = slot.worker
         return slot
 
     def _queues_for_token(self, info: ToolInfo, call: Call, lock: trio.Lock | None) -> bool:
@@ -331,6 +384,7 @@ class Calls:
         except LoadFailed as exc:
             return not_started(info, exc)
         call.worker_unenforced = slot.worker.unenforced
+        call.worker = slot.worker
         if self._before_call is not None:
             await self._before_call(slot)
         return slot
@@ -386,6 +440,27 @@ class Calls:
             f"(the queue deadline) for {waited}. Retry later, or raise max_workers (--max-workers) "
             "or the queue deadline (--queue-timeout)"
         )
+
+
+def call_timeout(caller: float | None, info: ToolInfo, policy: SandboxPolicy, default: float) -> float:
+    """A call's timeout: the smallest of the caller's, the policy's ``wall_seconds`` and the tool's own.
+
+    The caller and the policy are the host's word; either may raise the
+    runner's ``default_timeout`` (used when neither gives one). The tool's
+    declared ``timeout`` is the tool's word: it may shorten its calls, never
+    lengthen them past what the host allows.
+    """
+    given = [check_seconds(label, t) for label, t in (("timeout", caller), ("wall_seconds", policy.wall_seconds))
+             if t is not None]  # fmt: skip
+    ceiling = min(given) if given else default
+    return min(ceiling, info.timeout) if info.timeout is not None and info.timeout > 0 else ceiling
+
+
+class _Replan(NamedTuple):
+    """What ends a run before anything is sent: the tool as its worker's module defines it."""
+
+    info: ToolInfo
+    loaded: p.LoadResult
 
 
 class _Held:

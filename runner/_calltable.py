@@ -59,6 +59,7 @@ class Call:
 
     __slots__ = (
         "call_id", "scope", "wake", "reason", "tool", "operation", "ui_scopes", "stopping", "worker_unenforced",
+        "worker", "violation",
     )  # fmt: skip
 
     def __init__(self, call_id: str, tool: str = "", operation: str | None = None) -> None:
@@ -75,6 +76,12 @@ class Call:
         self.ui_scopes: set[trio.CancelScope] = set()
         self.stopping = False
         self.worker_unenforced: list[str] = []
+        # The worker running it, from when it is taken: only that worker may
+        # speak for this call (abort it, log, prompt or push an action as it).
+        self.worker: PoolWorker | None = None
+        # Set when its worker broke one of the host's bounds during the call
+        # (runner._bridge): the call then ends with a tool_error saying so.
+        self.violation: str | None = None
 
     def stop(self) -> None:
         """The ladder begins (timeouts too): no new UI prompt, and the open ones are answered now."""
@@ -95,6 +102,15 @@ class CallTable:
 
     def get(self, call_id: str | None) -> Call | None:
         return self._calls.get(call_id) if call_id else None
+
+    def owned(self, call_id: str | None, worker: PoolWorker) -> Call | None:
+        """The call ``call_id`` if ``worker`` is running it now; None for an unknown id or another worker's call.
+
+        Call ids are sequential (``call-N``, ``sync-N``, ``mcp-N``) and so easy to
+        guess: a worker's word about a call is taken only for its own call.
+        """
+        call = self.get(call_id)
+        return call if call is not None and call.worker is worker else None
 
     def add(self, call_id: str, tool: str, operation: str | None) -> Call:
         if call_id in self._calls:
@@ -124,7 +140,10 @@ class CallTable:
             self.cancel(call_id, reason)
 
     def abort(self, call_id: str | None, reason: str) -> None:
-        """A tool's ``ctx.abort()``: cancel its call and every running call of its operation."""
+        """A tool's ``ctx.abort()``: cancel its call and every running call of its operation.
+
+        The caller checks first that the call is the aborting worker's own (:meth:`owned`).
+        """
         call = self.get(call_id)
         if call is None:
             return

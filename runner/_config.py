@@ -61,7 +61,8 @@ class RunnerConfig:
     Attributes:
         cwd: the project directory, which tools see as ``api.cwd``; default: the current one.
         builtin_tool_names: names tools may not take.
-        default_timeout: seconds a call may take unless the tool or the call says otherwise.
+        default_timeout: seconds a call may take when neither the call nor its policy's
+            ``wall_seconds`` says; a tool's own timeout may only shorten it.
         grace: seconds between SIGTERM and the tree kill in the ladder.
         load_timeout: seconds a module may take to import and run its factory.
         max_frame_bytes: the largest protocol message accepted either way.

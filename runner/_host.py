@@ -234,8 +234,10 @@ class Runner:
             on_update: called with each partial result ``{"content", "details"}``,
                 in order, before this returns. It runs on the host's event loop
                 and must not block.
-            timeout: seconds; defaults to the tool's own timeout, then the
-                runner's default. It starts when the call leaves the queue
+            timeout: seconds; the call's timeout is the smallest of this, the
+                policy's ``wall_seconds`` and the tool's own timeout (the
+                runner's ``default_timeout`` stands in when neither this nor
+                the policy gives one). It starts when the call leaves the queue
                 (see ``queue_timeout``); starting a worker counts against it.
             tool_call_id: an id for :meth:`cancel` and for the tool; generated if absent.
             ctx: read-only state shared with the tool as ``ctx``.

@@ -99,7 +99,7 @@ class ToolServer:
     Args:
         tool_paths: tool files or folders, like the CLI's ``--tools``.
         cwd: the working directory tools see; default: the current one.
-        timeout: seconds per call, overriding the tools' own; None keeps them.
+        timeout: seconds per call, a ceiling (a tool's own shorter timeout still applies); None: the default.
         grace: seconds between SIGTERM and the tree kill in the ladder.
         load_timeout: seconds a module may take to load.
         poll_interval: seconds between checks of the tool files for changes.

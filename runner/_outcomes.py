@@ -88,22 +88,30 @@ def stopped(
     )
 
 
-def interpret(info: ToolInfo, worker: PoolWorker, pending: InFlight[p.CallResult]) -> ToolResult:
-    """The worker's answer (or its end) as a result."""
+def interpret(
+    info: ToolInfo, worker: PoolWorker, pending: InFlight[p.CallResult], policy: SandboxPolicy, *, stopped: bool
+) -> ToolResult:
+    """The worker's answer (or its end) as a result; ``stopped``: the host was stopping the call."""
     try:
         result = pending.outcome()
     except RemoteError as exc:
         data = exc.data
         kind = ErrorKind(p.kind_of(exc.error.code))  # rule 3
         message = exc.error.message
+        limit = str_or_none(data.get("limit")) if kind is ErrorKind.LIMIT_EXCEEDED else None
         if kind is ErrorKind.PROTOCOL_ERROR:
             message = f"the worker answered with an unexpected error ({exc.error.code}): {message}"
+        elif (doubt := _unconfirmed(kind, limit, worker, policy, stopped)) is not None:
+            # Rule 3, for what a worker may say at all: these kinds are the host's
+            # observations, and the worker's word is a claim the host checks.
+            message = f"{message} [the tool reported this as {kind.value}{f' ({limit})' if limit else ''}; {doubt}]"
+            kind, limit = ErrorKind.TOOL_ERROR, None
         return error_result(
             kind,
             message,
             traceback=str_or_none(data.get("traceback")),
             path=str_or_none(data.get("path")),
-            limit=str_or_none(data.get("limit")),
+            limit=limit,
             module=info.module,
         )
     except WorkerDied as exc:
@@ -130,6 +138,42 @@ def interpret(info: ToolInfo, worker: PoolWorker, pending: InFlight[p.CallResult
     return ToolResult(content=result.content, details=result.details)
 
 
+WORKER_KINDS: Final = frozenset({ErrorKind.TOOL_ERROR, ErrorKind.INVALID_ARGUMENTS, ErrorKind.NOT_FOUND})
+"""What a worker's answer to a call may say as it is; ``cancelled`` and ``limit_exceeded`` are checked."""
+
+
+def _unconfirmed(
+    kind: ErrorKind, limit: str | None, worker: PoolWorker, policy: SandboxPolicy, stopped: bool
+) -> str | None:
+    """Why the host does not take a worker's error kind as it is; None if it does."""
+    if kind in WORKER_KINDS:
+        return None
+    if kind is ErrorKind.CANCELLED:
+        return None if stopped else "the host did not cancel it"
+    if kind is not ErrorKind.LIMIT_EXCEEDED:
+        return f"only the host reports {kind.value}"
+    # A limit enforced inside the worker (an rlimit, or the frame size its own
+    # encoder checks) leaves marks in the kernel that only grow: a tool that
+    # raises MemoryError or EMFILE itself, or writes the error frame by hand,
+    # has not made them, and the host says only what it can see.
+    mib = 1 << 20
+    mark = worker.high_water()
+    seen = {
+        "memory": policy.memory_mb is not None
+        and (
+            worker.boundary.oom_kills() > 0
+            or mark.peak_rss >= policy.memory_mb * mib // 2
+            or mark.peak_vm >= policy.memory_mb * mib
+        ),
+        "open_files": policy.open_files is not None and mark.fd_slots >= policy.open_files,
+        "file_size": policy.file_size_mb is not None and mark.written >= policy.file_size_mb * mib,
+        "output": mark.peak_rss >= worker.max_frame_bytes,
+    }
+    if limit is not None and seen.get(limit):
+        return None
+    return f"the host saw no sign of the {limit or 'unnamed'} limit being reached, so it is reported as a tool_error"
+
+
 def limits(result: ToolResult, worker: PoolWorker, policy: SandboxPolicy) -> ToolResult:
     """Name the sandbox limit behind a failure, when one was hit."""
     if result.kind not in ("crashed", "tool_error"):
@@ -143,7 +187,8 @@ def limits(result: ToolResult, worker: PoolWorker, policy: SandboxPolicy) -> Too
         limit, why = "memory", f"the tool's processes went over the {policy.memory_mb} MiB memory limit (OOM kill)"
     elif worker.boundary.cpu_exceeded:
         limit, why = "cpu", f"the tool's processes used its {policy.cpu_seconds} s of CPU time between them"
-    elif err.signal == "SIGXCPU" or (err.signal == "SIGKILL" and _near_cpu_limit(worker, policy)):
+    elif err.signal in ("SIGXCPU", "SIGKILL") and _near_cpu_limit(worker, policy):
+        # SIGXCPU alone is no proof: a tool can send it to itself.
         limit, why = "cpu", f"the worker used its {policy.cpu_seconds} s of CPU time"
     elif worker.boundary.pids_limit_hits():
         limit, why = "processes", f"the tool tried to run more than {policy.max_procs} processes"
@@ -162,8 +207,12 @@ def limits(result: ToolResult, worker: PoolWorker, policy: SandboxPolicy) -> Too
 
 
 def _near_cpu_limit(worker: PoolWorker, policy: SandboxPolicy) -> bool:
-    # SIGKILL at the hard limit (soft + 5 s), for a tool that ignored SIGXCPU.
-    return policy.cpu_seconds is not None and worker.cpu_seconds() >= policy.cpu_seconds
+    # SIGXCPU at the soft limit, SIGKILL at the hard one (soft + 5 s) for a tool
+    # that ignored SIGXCPU. The kernel checks the limit against its precise run
+    # time, while rusage is tick-sampled: at SIGXCPU it read 0.83 s of a 1 s
+    # limit here. Half the limit is proof enough that a tool did not just send
+    # itself the signal: it had to burn that much CPU first.
+    return policy.cpu_seconds is not None and worker.cpu_seconds() >= policy.cpu_seconds / 2
 
 
 def str_or_none(value: object) -> str | None:

@@ -36,6 +36,8 @@ from typing import Final, Protocol, TypeVar
 
 import trio
 
+from worker import _protocol as p
+
 from ._errors import ConfigError, RemoteProtocolError, WorkerError
 from ._housekeeping import Housekeeping
 from ._sandbox import MiB, SandboxPolicy
@@ -73,7 +75,18 @@ class SlotState(enum.Enum):
 class Slot:
     """One worker's pool state. Written only by :class:`WorkerPool` (``has_ui`` by the bridge)."""
 
-    __slots__ = ("worker", "policy", "module", "state", "idle_since", "calls_served", "pins", "has_ui")
+    __slots__ = (
+        "worker",
+        "policy",
+        "module",
+        "state",
+        "idle_since",
+        "calls_served",
+        "pins",
+        "has_ui",
+        "loaded",
+        "complaints",
+    )
 
     def __init__(self, worker: PoolWorker, policy: SandboxPolicy, module: str, *, has_ui: bool) -> None:
         self.worker = worker
@@ -84,6 +97,10 @@ class Slot:
         self.calls_served = 0
         self.pins = 0  # pending actions whose callables live in this worker
         self.has_ui = has_ui  # what the worker was last told
+        # What its module defined when this worker loaded it (set by the registry):
+        # the truth a call checks its planned tool against (the cache may be stale or forged).
+        self.loaded: p.LoadResult | None = None
+        self.complaints = 0  # warnings the bridge logged about what it sent (runner._bridge)
 
     def __repr__(self) -> str:
         return f"<Slot pid={self.worker.pid} {self.state.name} module={self.module!r} pins={self.pins}>"

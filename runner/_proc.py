@@ -40,6 +40,7 @@ from ._forkserver import ForkServer
 from ._output import OutputTail
 from ._process import SupervisedProcess, write_some
 from ._teardown import TeardownStats
+from ._usage import HighWater
 from ._worker_api import InFlight, PoolWorker, UpdateHandler
 
 __all__ = [
@@ -205,8 +206,10 @@ class WorkerProcess:
         return max(self.process.cpu_seconds(), self.boundary.cpu_seconds())
 
     def rss_bytes(self) -> int:
-        """The worker process's resident memory, 0 if unknown."""
         return self.process.rss_bytes()
+
+    def high_water(self) -> HighWater:
+        return self.process.high_water()
 
     def terminate(self) -> None:
         """Send SIGTERM to the worker (not its children): the first rung of the ladder."""

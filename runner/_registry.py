@@ -10,6 +10,7 @@ to the pool's idle lists, ready for the first call of that module.
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
@@ -45,6 +46,7 @@ BUILTIN_MODULE: Final = "<built-in>"
 # How a message about a dead worker ends with its last stderr line: people
 # read it there, and the MCP server cuts it off what a model reads.
 LAST_STDERR: Final = "; last stderr: "
+log: Final = logging.getLogger("xcsh_run")
 
 
 class ToolInfo(msgspec.Struct, frozen=True):
@@ -313,7 +315,9 @@ class ToolRegistry:
 
         try:
             with trio.move_on_after(timeout):
-                return await self._pool.start_loaded(module, policy, load)
+                slot, result = await self._pool.start_loaded(module, policy, load)
+                slot.loaded = result
+                return slot, result
             raise LoadFailed(
                 f"{module}: the module did not finish loading within {timeout:g} s (load timeout); "
                 "it may loop or block at import time",
@@ -358,6 +362,42 @@ class ToolRegistry:
             )
         self._pool.occupy(slot)
         return slot
+
+    def as_loaded(self, info: ToolInfo, slot: Slot) -> ToolInfo | None:
+        """``info`` as the module in ``slot``'s worker really defines it, if that differs; else None.
+
+        What a call is planned with (schema, timeout, concurrency) may come from
+        the module cache, which any process of this user can write, the tools
+        included: the worker's own load is the truth, checked on every call.
+        """
+        if slot.loaded is None:
+            return None
+        for d in slot.loaded.tools:
+            if d.name == info.name:
+                real = _describe(d, info.module, info.source)
+                return real if real != info else None
+        return None  # gone from the module: acquire() refuses such a worker, a warm one serves its last load
+
+    async def heal(self, real: ToolInfo, result: p.LoadResult) -> None:
+        """Take a worker's load of ``real.module`` as the truth: the registry's tools and its cache entry."""
+        planned = self.tools.get(real.name)
+        log.warning(
+            "the module cache described tool %r of %s differently from what the module defines now (%s); "
+            "the call runs as the module defines it, and the cache entry is rewritten",
+            real.name, real.module, ", ".join(_differences(planned, real)) if planned is not None else "unknown",
+        )  # fmt: skip
+        for d in result.tools:
+            known = self.tools.get(d.name)
+            if known is not None and known.module == real.module:
+                self.tools[d.name] = _describe(d, known.module, known.source)
+        candidate = self.candidates.get(real.module)
+        if self._cache is None or candidate is None:
+            return
+        fp = await trio.to_thread.run_sync(fingerprint, candidate, __version__)
+        if fp is None:
+            return
+        schema_errors = await trio.to_thread.run_sync(_check_schemas, result)
+        self._cache.put(candidate, CachedLoad(fingerprint=fp, result=result, schema_errors=schema_errors))
 
     def not_found(self, name: str) -> ToolResult:
         names = [t.name for t in self.tools.values() if not t.hidden]
@@ -407,28 +447,20 @@ def _from_load(candidate: Candidate, entry: CachedLoad) -> _Outcome:
         if problem is not None:
             errors.append(LoadError(candidate.path, f"tool {d.name!r}: {problem}", candidate.source))
             continue
-        infos.append(
-            ToolInfo(
-                name=d.name,
-                label=d.label,
-                description=d.description,
-                parameters=d.parameters,
-                module=candidate.resolved,
-                source=candidate.source,
-                hidden=d.hidden,
-                deferrable=d.deferrable,
-                concurrency=d.concurrency,
-                timeout=d.timeout,
-                params_kind=d.params_kind,
-                has_on_session=d.has_on_session,
-                has_render_call=d.has_render_call,
-                has_render_result=d.has_render_result,
-                output_schema=d.output_schema,
-                annotations=d.annotations,
-                icons=d.icons,
-            )
-        )
+        infos.append(_describe(d, candidate.resolved, candidate.source))
     return infos, errors
+
+
+def _describe(d: p.ToolDescription, module: str, source: ToolSource) -> ToolInfo:
+    # Every field of ToolInfo but where it lives is the worker's description of the tool.
+    return ToolInfo(module=module, source=source, **{f: getattr(d, f) for f in _DESCRIBED})
+
+
+_DESCRIBED: Final = tuple(f for f in ToolInfo.__struct_fields__ if f not in ("module", "source"))
+
+
+def _differences(planned: ToolInfo, real: ToolInfo) -> list[str]:
+    return [f for f in ToolInfo.__struct_fields__ if getattr(planned, f) != getattr(real, f)]
 
 
 def _load_params(candidate: Candidate) -> p.LoadParams:

@@ -8,8 +8,22 @@ from __future__ import annotations
 
 import os
 import resource
+from typing import NamedTuple
 
 import trio
+
+
+class HighWater(NamedTuple):
+    """Marks the kernel keeps for a live process, which only grow; -1 where unreadable.
+
+    The worker's own code cannot lower them without doing the thing they count,
+    so the host checks a worker's claim that it hit a limit against them.
+    """
+
+    fd_slots: int  # FDSize: its fd table's size, grown to cover the highest fd it ever held
+    peak_rss: int  # VmHWM, bytes
+    peak_vm: int  # VmPeak, bytes: what RLIMIT_DATA (no memory cgroup) counts is part of it
+    written: int  # wchar of /proc/<pid>/io: bytes it passed to write() and friends
 
 
 class ResourceUse:
@@ -36,6 +50,25 @@ class ResourceUse:
             return int(self._read_proc("statm", 128).split()[1]) * os.sysconf("SC_PAGE_SIZE")
         except (OSError, IndexError, ValueError):
             return 0
+
+    def high_water(self) -> HighWater:
+        """The worker process's :class:`HighWater` marks (all -1 once it is gone)."""
+        fields: dict[bytes, int] = {}
+        for name, size in (("status", 4096), ("io", 512)):
+            try:
+                text = self._read_proc(name, size)
+            except OSError:
+                continue
+            for line in text.splitlines():
+                key, _, value = line.partition(b":")
+                parts = value.split()
+                if parts and parts[0].isdigit():
+                    fields[key] = int(parts[0])
+        hwm, peak = fields.get(b"VmHWM", -1), fields.get(b"VmPeak", -1)
+        return HighWater(
+            fields.get(b"FDSize", -1), hwm * 1024 if hwm >= 0 else -1, peak * 1024 if peak >= 0 else -1,
+            fields.get(b"wchar", -1),
+        )  # fmt: skip
 
     def _read_proc(self, name: str, size: int) -> bytes:
         if self._finished.is_set():

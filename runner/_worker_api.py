@@ -16,6 +16,8 @@ import trio
 
 from worker._methods import CallResult, Method, Notice
 
+from ._usage import HighWater
+
 P = TypeVar("P")
 R = TypeVar("R")
 
@@ -135,6 +137,8 @@ class PoolWorker(Protocol):
 
     module: str
     """The tool module it serves, for its own messages and logs; the pool sets it when a spare loads one."""
+    max_frame_bytes: int
+    """The largest protocol message it may send."""
 
     @property
     def pid(self) -> int: ...
@@ -159,8 +163,18 @@ class PoolWorker(Protocol):
         """It wrote more than its output budget (and was killed for it)."""
         ...
 
-    def cpu_seconds(self) -> float: ...
-    def rss_bytes(self) -> int: ...
+    def cpu_seconds(self) -> float:
+        """CPU time the worker process has used (user + system), 0 if unknown."""
+        ...
+
+    def rss_bytes(self) -> int:
+        """The worker process's resident memory, 0 if unknown."""
+        ...
+
+    def high_water(self) -> HighWater:
+        """Kernel marks that only grow (fd table size, peak RSS, bytes written): evidence of a limit hit."""
+        ...
+
     def terminate(self) -> None:
         """SIGTERM to the worker itself: the first rung of the cancellation ladder."""
         ...

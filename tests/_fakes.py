@@ -29,6 +29,7 @@ from runner._housekeeping import Housekeeping
 from runner._pool import PoolRules, WorkerPool
 from runner._registry import ToolInfo, ToolRegistry
 from runner._sandbox import SandboxPolicy
+from runner._usage import HighWater
 from runner._worker_api import InFlight
 from worker import _protocol as p
 
@@ -68,7 +69,11 @@ class FakeTail:
 
 
 class FakeWorker:
-    def __init__(self, tools: Iterable[str], mode: Mode = "answer") -> None:
+    def __init__(
+        self, tools: Iterable[str], mode: Mode = "answer", described: dict[str, p.ToolDescription] | None = None
+    ) -> None:
+        # What its load reports of a tool (Assembly.info sets it): the host checks its plan against it.
+        self.described = described if described is not None else {}
         self.pid = next(_pids)
         self.module = ""
         self.tools = list(tools)
@@ -80,6 +85,7 @@ class FakeWorker:
         self.stderr_tail = FakeTail()
         self.rss = 0
         self.cpu = 0.0
+        self.max_frame_bytes = p.DEFAULT_MAX_FRAME_BYTES
         self.events: list[str] = []
         self.call_ids: list[str] = []
         self.die_on_call = False
@@ -96,6 +102,9 @@ class FakeWorker:
 
     def rss_bytes(self) -> int:
         return self.rss
+
+    def high_water(self) -> HighWater:
+        return HighWater(-1, -1, -1, -1)
 
     async def call(self, method: p.Method[Any, Any], params: Any) -> Any:
         pending = await self.start_call(method, params)
@@ -116,7 +125,7 @@ class FakeWorker:
             raise WorkerDied(self.returncode or -9, "")
         pending: InFlight[Any] = InFlight(next(self._ids), on_abandon=self._forget)
         if method is p.LOAD:
-            described = [p.ToolDescription(n, n, "", {}, "struct") for n in self.tools]
+            described = [self.described.get(n) or p.ToolDescription(n, n, "", {}, "struct") for n in self.tools]
             self._answer(pending, p.LoadResult(tools=described))
         elif method is p.CALL and self.die_on_call:
             self._exit(-11)
@@ -194,10 +203,11 @@ class FakeFactory:
         self.start_seconds = start_seconds
         self.started: list[FakeWorker] = []
         self.modules: list[str | None] = []
+        self.described: dict[str, p.ToolDescription] = {}
 
     async def start(self, policy: SandboxPolicy, module: str | None, *, has_ui: bool) -> FakeWorker:
         await trio.sleep(self.start_seconds)
-        worker = FakeWorker(self.tools, self.mode)
+        worker = FakeWorker(self.tools, self.mode, self.described)
         self.started.append(worker)
         self.modules.append(module)
         return worker
@@ -218,6 +228,10 @@ class Assembly:
     def info(self, name: str = "echo", **fields: Any) -> ToolInfo:
         info = ToolInfo(name, name, "", {}, MODULE, SOURCE, params_kind="struct", **fields)
         self.registry.tools[name] = info
+        # The fake module defines it so too, or every call would be planned again from the worker's load.
+        self.factory.described[name] = p.ToolDescription(
+            **{f: getattr(info, f) for f in p.ToolDescription.__struct_fields__}
+        )
         return info
 
     async def call(self, name: str = "echo", *, timeout: float = 10.0, **options: Any) -> Any:

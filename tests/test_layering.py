@@ -47,6 +47,7 @@ RANKS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "runner._workdir",
             "runner._discovery",
             "runner._cache",
+            "runner._bounds",
             "runner._validate",
             "runner._process",
             "runner._usage",

@@ -34,6 +34,11 @@ R = TypeVar("R")
 
 LOG_RECORDS_PER_CALL: Final = 1000
 LOG_CHARS_PER_CALL: Final = 256 * 1024
+# A worker's pending actions: the host keeps their previews, so it bounds them
+# too (runner/_bridge.py has the same numbers); refused here first, where an
+# honest tool gets the exception at its own push.
+PENDING_MAX_BYTES: Final = 1 << 20
+PENDING_PER_WORKER: Final = 16
 
 
 def loop_running() -> bool:
@@ -376,7 +381,8 @@ class ToolAPI:
         ``action`` has ``label`` (str), ``apply(reason)``, and optionally
         ``reject(reason)``, ``details`` (JSON) and ``source_tool_name``. The
         callables stay in this worker; the host keeps the preview. Returns the
-        action's id.
+        action's id. Raises ValueError when the label and details are over
+        1 MiB of JSON, or when this worker already holds 16 unresolved actions.
         """
 
         def field(name: str, default: Any = None) -> Any:
@@ -394,9 +400,20 @@ class ToolAPI:
         source = field("source_tool_name") or "custom_tool"
         details = field("details")
         try:
-            msgspec.json.encode(details)
+            size = len(msgspec.json.encode(details)) + len(label.encode("utf-8", "replace"))
         except (TypeError, msgspec.EncodeError) as exc:
             raise TypeError(f"push_pending_action: 'details' must be JSON-serialisable: {exc}") from None
+        if size > PENDING_MAX_BYTES:
+            raise ValueError(
+                f"push_pending_action: the label and details are {size} bytes of JSON, over the "
+                f"{PENDING_MAX_BYTES}-byte limit of a pending action; keep a preview small (a summary, a diff's "
+                "first lines) and leave the data in the worker, with apply()"
+            )
+        if len(self.pending_actions) >= PENDING_PER_WORKER:
+            raise ValueError(
+                f"push_pending_action: this worker holds {len(self.pending_actions)} pending actions already, "
+                f"the most it may; they are waiting for resolve (apply or discard them first)"
+            )
         action_id = f"a{next(self._action_ids)}"
         self.pending_actions[action_id] = PendingAction(label, apply, reject, details, str(source))
         if self._link is not None:

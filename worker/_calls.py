@@ -26,7 +26,7 @@ import msgspec
 from . import _methods as m
 from ._api import HostLink
 from ._channel import Channel
-from ._frames import encode_value
+from ._frames import MAX_NESTING, encode_value
 from ._messages import ErrorCode, ErrorObject, error_object
 from ._signal import AbortSignal, ToolCancelled
 from ._tools import LoadedTool, ResultError, normalize_result
@@ -149,6 +149,11 @@ def execute(
             body = encode_value(m.UpdateParams(call_id=params.call_id, partial=update))
         except (TypeError, msgspec.EncodeError) as exc:
             raise TypeError(f"on_update()'s details are not JSON-serialisable: {exc}") from None
+        except RecursionError:
+            raise TypeError(
+                "on_update()'s details are not JSON-serialisable: they contain themselves, or nest arrays and "
+                f"objects too deep to send (they may nest {MAX_NESTING} levels deep)"
+            ) from None
 
         def send() -> None:
             channel.send(lambda conn: conn.send_notification(m.UPDATE, body))

@@ -42,7 +42,7 @@ from typing import Any, Final, Protocol, TypeVar
 
 import msgspec
 
-from ._decoders import answer_id, decode_answer
+from ._decoders import TooDeep, answer_id, decode_answer
 from ._decoders import decoder as _decoder
 from ._events import (
     ConnectionClosed,
@@ -57,6 +57,7 @@ from ._events import (
 from ._frames import (
     _MAX_REPRESENTABLE,
     DEFAULT_MAX_FRAME_BYTES,
+    MAX_NESTING,
     NEED_DATA,
     FrameDecoder,
     NotSerialisable,
@@ -65,6 +66,7 @@ from ._frames import (
     encode_message,
 )
 from ._messages import (
+    ErrorCode,
     ErrorObject,
     ErrorResponse,
     JsonRpcId,
@@ -364,13 +366,23 @@ class Connection:
             # (a tzinfo's utcoffset, say) may raise anything while it is encoded.
             raise NotSerialisable(what, exc) from None
 
-    def _typed_answer(self, body: bytearray | memoryview) -> ResultReceived | None:
+    def _typed_answer(self, body: bytearray | memoryview) -> ResultReceived | ErrorReceived | None:
         """A result to one of our requests, in one decode of the whole body (``_decoders``); None: the general path."""
         rid = answer_id(body)
         method = None if rid is None else self._outstanding.get(rid)
         if rid is None or method is None:
             return None  # not this shape, or abandoned, or not ours: the general path decides
-        decoded = decode_answer(method.result, body, rid)
+        try:
+            decoded = decode_answer(method.result, body, rid)
+        except TooDeep:
+            # Legal JSON, only deeper than msgspec goes from here: the request's
+            # own error, not a broken connection (and never an exception out of here).
+            del self._outstanding[rid]
+            message = (
+                f"the answer to {method.name!r} nests arrays and objects deeper than can be decoded here; "
+                f"values may nest {MAX_NESTING} levels deep, return flatter data"
+            )
+            return ErrorReceived(id=rid, method=method, error=error_object(ErrorCode.TOOL_ERROR, message))
         if decoded is None:
             return None
         del self._outstanding[rid]

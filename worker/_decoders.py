@@ -37,8 +37,16 @@ def answer_id(body: bytearray | memoryview) -> int | None:
     return None if head is None else int(head[1])
 
 
+class TooDeep(Exception):
+    """An answer to one of our requests whose value nests deeper than this side's decoder can go."""
+
+
 def decode_answer(tp: Any, body: bytearray | memoryview, req_id: int) -> tuple[Any] | None:
-    """``(result,)`` if ``body`` is exactly a Response to ``req_id`` with a ``tp`` result; None if in any doubt."""
+    """``(result,)`` if ``body`` is exactly a Response to ``req_id`` with a ``tp`` result; None if in any doubt.
+
+    Raises:
+        TooDeep: it is such a Response, nested too deep to decode (a RecursionError in msgspec).
+    """
     found = _ANSWER_DECODERS.get(tp)
     if found is None:
         fields = [("id", int), ("result", tp), ("jsonrpc", Literal["2.0"])]
@@ -49,4 +57,6 @@ def decode_answer(tp: Any, body: bytearray | memoryview, req_id: int) -> tuple[A
         answer = found.decode(body)
     except msgspec.DecodeError:
         return None
+    except RecursionError:
+        raise TooDeep from None
     return (answer.result,) if answer.id == req_id else None  # not so for a repeated "id" member

@@ -20,6 +20,14 @@ from ._messages import LocalProtocolError, Message, RemoteProtocolError, decode_
 
 HEADER_BYTES: Final = 4
 DEFAULT_MAX_FRAME_BYTES: Final = 64 * 1024 * 1024
+MAX_NESTING: Final = 512
+"""Levels of nested arrays and objects a value in a message (a result's details, say) may have.
+
+msgspec encodes and decodes with the interpreter's recursion limit (1000 by
+default), less the stack already in use; 512 leaves both sides, and the host's
+own re-encoding (MCP, ``--json``), room. Deeper values may still pass; past what
+a side can handle, the sender gets an error that names this limit.
+"""
 """Largest frame either side accepts unless configured otherwise (64 MiB)."""
 
 _MAX_REPRESENTABLE: Final = 2**32 - 1

@@ -46,7 +46,7 @@ from ._connection import (
     RequestRefused,
     ResultReceived,
 )
-from ._frames import FrameTooLarge, NotSerialisable, encode_value
+from ._frames import MAX_NESTING, FrameTooLarge, NotSerialisable, encode_value
 from ._inbox import Inbox
 from ._messages import ErrorCode, ErrorObject, LocalProtocolError, RemoteProtocolError, error_object
 from ._signal import ToolCancelled
@@ -255,6 +255,11 @@ class Worker:
                 f"the result's details are not JSON-serialisable: {exc.reason}; return only dicts, lists, "
                 "strings, numbers, booleans and None"
             )
+            if isinstance(exc.reason, RecursionError):
+                message = (
+                    "the result's details are not JSON-serialisable: they contain themselves, or nest arrays and "
+                    f"objects too deep to send (a result may nest {MAX_NESTING} levels deep); return flatter details"
+                )
             self.channel.send(lambda conn: conn.send_error(req_id, ErrorCode.TOOL_ERROR, message))
         except LocalProtocolError as exc:  # a result its method's type does not allow: a bug here
             message = str(exc)

@@ -217,6 +217,10 @@ def decode_message(body: bytes | bytearray | memoryview) -> Message:
         env = _ENVELOPE_DECODER.decode(body)
     except msgspec.DecodeError as exc:  # ValidationError is a DecodeError
         raise RemoteProtocolError(f"frame is not a JSON-RPC message: {exc}") from None
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # pragma: no cover - defensive; msgspec wraps these
+    except RecursionError:
+        raise RemoteProtocolError(
+            "frame nests arrays and objects deeper than can be decoded here (values may nest 512 levels deep)"
+        ) from None
+    except (UnicodeDecodeError, ValueError) as exc:  # pragma: no cover - defensive; msgspec wraps these
         raise RemoteProtocolError(f"frame is not a JSON-RPC message: {exc}") from None
     return _classify(env)

@@ -27,6 +27,7 @@ from ._frames import (
     _MAX_REPRESENTABLE,
     DEFAULT_MAX_FRAME_BYTES,
     HEADER_BYTES,
+    MAX_NESTING,
     NEED_DATA,
     FrameDecoder,
     FrameTooLarge,
@@ -120,7 +121,8 @@ from ._methods import (
 
 __all__ = [
     "ABORT", "CALL", "CANCEL", "DEFAULT_MAX_FRAME_BYTES", "HEADER_BYTES", "INITIALIZE", "KIND_BY_CODE", "LOAD",
-    "LOG", "M_CALL", "M_INITIALIZE", "M_LOAD", "M_RENDER", "M_RESOLVE", "M_SESSION", "M_SHUTDOWN", "M_UI",
+    "LOG", "MAX_NESTING",
+    "M_CALL", "M_INITIALIZE", "M_LOAD", "M_RENDER", "M_RESOLVE", "M_SESSION", "M_SHUTDOWN", "M_UI",
     "NEED_DATA", "N_ABORT", "N_CANCEL", "N_LOG", "N_PENDING", "N_UI_CHANGED", "N_UPDATE", "PENDING",
     "PROTOCOL_VERSION", "RENDER", "RESOLVE", "SESSION", "SHUTDOWN", "UI", "UI_CHANGED", "UI_METHODS", "UI_NOTICE",
     "UPDATE", "WORKER_PROTOCOL", "_MAX_REPRESENTABLE", "AbortParams", "CallParams", "CallResult", "CancelParams",
