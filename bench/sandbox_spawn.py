@@ -46,19 +46,20 @@ async def main(rounds: int) -> None:
         samples: dict[str, list[float]] = {name: [] for name in LEVELS}
         # No spare: every row must pay for a worker start of its own level.
         async with open_runner(cwd=tmp, cache=False, discover_sources=False, spare_workers=0) as runner:
-            runner._candidates[str(path)] = candidate
+            registry, pool = runner._registry, runner._pool
+            registry.candidates[str(path)] = candidate
             for _ in range(3):  # warm-up: page cache, probe, pyc
                 for policy in LEVELS.values():
-                    worker, _ = await runner._spawn_loaded(candidate, 30, policy)
-                    await runner._retire(worker)
+                    slot, _ = await registry.spawn_loaded(candidate, 30, policy)
+                    await pool.retire(slot)
             for _ in range(rounds):
                 order = list(LEVELS.items())
                 random.shuffle(order)
                 for name, policy in order:
                     start = time.perf_counter()
-                    worker, _ = await runner._spawn_loaded(candidate, 30, policy)
+                    slot, _ = await registry.spawn_loaded(candidate, 30, policy)
                     samples[name].append((time.perf_counter() - start) * 1000)
-                    await runner._retire(worker)
+                    await pool.retire(slot)
     base = samples["none"]
     print(
         f"worker spawn to 'module loaded', {rounds} paired rounds, {os.cpu_count()} cores, "

@@ -1,0 +1,222 @@
+"""Attack tests: a tool that disarms its own worker's lifeline still dies with a SIGKILLed host.
+
+The worker's own lifeline (EOF on its protocol pipe, then ``cgroup.kill``)
+runs in the tool's process: a tool can close the fds it uses or patch the
+code that acts on it. The supervisor the worker forks before any sandbox
+layer or tool code runs holds its own copy of the pipe's read end and its own
+``cgroup.kill`` fd, in a process the tool cannot reach; these tests disarm the
+worker's lifeline, leave a ``setsid`` double-forked daemon behind, SIGKILL the
+host, and wait (bounded) for the worker and the daemon to be gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import trio
+
+from runner._boundary import CgroupRoot, _own_v2_path, _v2_mount, kill_and_remove
+
+# Both attacks disarm the worker, start the daemon, report both pids in an
+# update and hang: before the supervisor, both outlived the host for good.
+ATTACK_TOOL = """
+import gc
+import os
+import sys
+import threading
+import time
+
+from worker.pi import CustomTool
+
+
+def _daemon():
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.write(w, str(os.getpid()).encode())
+            os.close(w)
+            time.sleep(3600)
+            os._exit(0)
+        os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    daemon = int(os.read(r, 32))
+    os.close(r)
+    return daemon
+
+
+def _close_fds():
+    # The protocol's read end (the lifeline), the cgroup.kill fd, the reader
+    # thread's epoll: every fd but the write end, kept to report the pids.
+    fd_out = int(sys.argv[sys.argv.index("--fd-out") + 1])
+    os.closerange(3, fd_out)
+    os.closerange(fd_out + 1, 1 << 16)
+
+
+def _patch_exit():
+    import worker._loop as loop
+
+    hang = threading.Event().wait
+    loop.Worker.host_gone = lambda self: hang()
+    for obj in gc.get_objects():
+        if isinstance(obj, loop.Worker):
+            obj.kill_fd = -1
+            obj.inbox._gone = hang
+    os._exit = lambda code: hang()
+    os.killpg = lambda pgid, sig: None
+    os.kill = lambda pid, sig: None
+
+
+def factory(api):
+    def attack(tcid, params, on_update, ctx, signal_):
+        # The daemon first: the patched os._exit would stop its parent's exit too.
+        pids = {"worker": os.getpid(), "daemon": _daemon()}
+        {"close_fds": _close_fds, "patch_exit": _patch_exit}[params["mode"]]()
+        on_update({"content": [{"type": "text", "text": "disarmed"}], "details": pids})
+        while True:
+            time.sleep(1)
+
+    return [CustomTool(name="attack", description="attack", parameters={"type": "object"}, execute=attack)]
+"""
+
+HOST = """
+import os, sys
+# Its own cgroup first: a dead host's cgroups are swept (killed) by the next
+# host that starts in the same parent, which would do the supervisor's job.
+with open(os.path.join(sys.argv[5], "cgroup.procs"), "w") as f:
+    f.write(str(os.getpid()))
+import trio
+from runner import open_runner, SandboxPolicy
+async def main():
+    tool, level, mode, forkserver = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+    async with open_runner([tool], sandbox=SandboxPolicy(level=level), forkserver=forkserver) as r:
+        def armed(partial):
+            d = partial["details"]
+            print(d["worker"], d["daemon"], flush=True)
+        await r.call_tool("attack", {"mode": mode}, on_update=armed)
+trio.run(main)
+"""
+
+
+def _has_cgroup_kill() -> bool:
+    root = CgroupRoot.create()  # None without a writable v2 hierarchy that has cgroup.kill
+    if root is None:
+        return False
+    root.remove()
+    return True
+
+
+@contextlib.contextmanager
+def _host_cgroup() -> Iterator[Path]:
+    """A cgroup of the test's own for the host, killed and removed at the end, whatever is left in it.
+
+    The supervisor must be what kills the tree: a host started later beside
+    a dead one kills the dead one's cgroups (``sweep_stale``), and on a busy
+    machine that would make these tests pass without any supervisor.
+    """
+    mount, own = _v2_mount(), _own_v2_path()
+    assert mount is not None and own is not None
+    path = mount / own.lstrip("/") / f"xcsh-test-sup.{uuid.uuid4().hex[:12]}"
+    path.mkdir()
+    try:
+        yield path
+    finally:
+        assert kill_and_remove(path), f"could not empty and remove {path}"
+
+
+needs_cgroup = pytest.mark.skipif(
+    not _has_cgroup_kill(),
+    reason="needs a writable cgroup v2 hierarchy with cgroup.kill (Linux 5.14+, run as root or delegated): "
+    "the supervisor kills the worker's tree through it",
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _wait_gone(pids: list[int], timeout: float) -> list[int]:
+    """The pids still alive after ``timeout``; returns as soon as all are gone (a pidfd is readable at exit)."""
+    fds = []
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            fds.append(os.pidfd_open(pid))
+    deadline = time.monotonic() + timeout
+    try:
+        waiting = list(fds)
+        while waiting and (left := deadline - time.monotonic()) > 0:
+            done, _, _ = select.select(waiting, [], [], left)
+            waiting = [fd for fd in waiting if fd not in done]
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return [pid for pid in pids if _alive(pid)]
+
+
+@needs_cgroup
+@pytest.mark.parametrize(
+    ("mode", "level", "forkserver"),
+    [
+        ("close_fds", "contained", True),
+        ("close_fds", "strict", True),
+        ("patch_exit", "contained", True),
+        ("patch_exit", "strict", True),
+        ("close_fds", "strict", False),
+        ("patch_exit", "contained", False),
+    ],
+)
+async def test_a_disarmed_worker_and_its_daemon_die_with_a_sigkilled_host(
+    tmp_path: Path, mode: str, level: str, forkserver: bool
+) -> None:
+    tool = tmp_path / "attack.py"
+    tool.write_text(ATTACK_TOOL)
+    script = tmp_path / "host.py"
+    script.write_text(HOST)
+    pids: list[int] = []
+    with _host_cgroup() as cgroup:
+        argv = [sys.executable, str(script), str(tool), level, mode, "1" if forkserver else "0", str(cgroup)]
+        await _attack_and_kill_host(argv, pids, mode, level)
+
+
+async def _attack_and_kill_host(argv: list[str], pids: list[int], mode: str, level: str) -> None:
+    proc: trio.Process | None = None
+    try:
+        with trio.fail_after(30):
+            proc = await trio.lowlevel.open_process(argv, stdout=subprocess.PIPE)
+            assert proc.stdout is not None
+            line = b""
+            while not line.endswith(b"\n"):
+                chunk = await proc.stdout.receive_some(4096)
+                assert chunk, "the host exited before the tool armed its attack"
+                line += chunk
+            pids += [int(x) for x in line.split()]
+            # Positive control: both are alive while the host is.
+            assert all(map(_alive, pids)), f"worker and daemon {pids} should be alive before the host is killed"
+            proc.kill()
+            await proc.wait()
+            await proc.stdout.aclose()
+        alive = await trio.to_thread.run_sync(_wait_gone, pids, 10.0)
+        assert alive == [], f"{alive} of worker and daemon {pids} outlived the SIGKILLed host ({mode}, {level})"
+    finally:
+        if proc is not None and proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        for pid in pids:  # so that a failure here leaves nothing for the next test
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
