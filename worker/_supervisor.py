@@ -1,0 +1,122 @@
+"""The worker's supervisor: the lifeline and the kill, in a process the tool cannot reach.
+
+The worker's own lifeline (EOF on fd_in, then ``cgroup.kill``: ``_loop``) runs
+in the tool's process, so a tool can disarm it: close the fds it uses, or
+patch the code that acts on EOF. At ``contained`` and ``strict`` the worker
+therefore forks this supervisor at ``initialize``, before any sandbox layer
+and before any tool code, while it is still single-threaded (a fork copies
+only the forking thread). The worker goes on as before; the supervisor keeps
+nothing but two fds of its own and waits:
+
+- **fd_in's read end**, polled for the hang-up only, never read (the worker
+  owns the data). The host holds the pipe's only write end, so the hang-up
+  comes when, and only when, the host is gone or has closed the pipe, which
+  it does only once the worker's end is recorded and its boundary killed. A
+  host already dead when the supervisor starts is no race: the hang-up is
+  level-triggered and reported at once. Nothing the tool does to its own copy
+  of the fd changes this one.
+- **the boundary's ``cgroup.kill``**, opened by the worker before the fork.
+  One write kills every process in the worker's cgroup, wherever it was
+  reparented and whatever session it made: the worker, the tool's daemons and
+  the supervisor itself. Without a cgroup (the documented, unreliable
+  fallback) it kills the worker's process group, and it also ends when the
+  worker does (the host's kill would miss it once orphaned).
+
+Why the tool cannot reach it: it is a separate process, so no patch of the
+worker's code or fds touches it; it is forked before the worker applies
+Landlock and seccomp, so it is outside the tool's Landlock domain, which
+denies signals (scope, ABI 6) and ptrace to processes outside it; and it makes
+itself non-dumpable, so that without ``CAP_SYS_PTRACE`` in its user namespace
+no process may ptrace it or open its ``/proc/<pid>/fd`` or ``mem``.
+
+It is the worker's child rather than its parent on purpose: the host's pid,
+pidfd, signals, ``/proc`` readings, exit status and rusage all stay the
+tool's process's own, exactly as without a supervisor, and the supervisor
+outlives the worker until the host has killed the boundary (a worker that
+exits just before its host is SIGKILLed still has its daemons killed). It is
+inside the boundary from birth (the host attaches the worker before it sends
+``initialize``), so every boundary kill takes it too; the host counts it as
+the worker's own member, not a leftover (``InitializeResult.supervisor``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+import select
+import signal
+from typing import Final, NoReturn
+
+PR_SET_DUMPABLE: Final = 4
+EXIT_SUPERVISOR: Final = 5
+
+
+def start(fd_in: int, kill_fd: int) -> int:
+    """Fork the supervisor and return its pid (in the worker, which carries on); raises OSError.
+
+    Call it single-threaded, before any sandbox layer or tool code.
+    """
+    worker = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _supervise(worker, fd_in, kill_fd)
+        except BaseException:
+            pass
+        # Failed to set itself up: the worker's own lifeline still stands,
+        # and the host's boundary kill takes whatever is left.
+        os._exit(EXIT_SUPERVISOR)
+    return pid
+
+
+def _supervise(worker: int, fd_in: int, kill_fd: int) -> NoReturn:
+    gc.disable()  # nothing to collect; a collection would only dirty pages shared with the worker
+    # Before anything else: from here on no process without CAP_SYS_PTRACE may
+    # ptrace it or read its fds and memory through /proc.
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0)")
+    # Out of the worker's process group: the worker's own lifeline (and any
+    # tool) kills that group, and would kill the supervisor before it acts.
+    group = worker if os.getpgid(0) == worker else 0  # the host starts the worker in a session of its own
+    os.setsid()
+    # Only the fds it needs: fds 1 and 2 are the host's capture pipes, fd_out
+    # the protocol's; holding them would keep their ends from the host.
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    keep = sorted({0, 1, 2, fd_in, *((kill_fd,) if kill_fd >= 0 else ())})
+    for low, high in zip(keep, [*keep[1:], 1 << 30], strict=True):
+        os.closerange(low + 1, high)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only the boundary's SIGKILL ends it
+    events = select.poll()
+    events.register(fd_in, 0)  # no events asked for: POLLHUP and POLLERR are always reported
+    if kill_fd < 0:
+        # No cgroup: the host's kill (the worker's group and descendants)
+        # would miss a supervisor orphaned by its worker's exit, so it ends
+        # with the worker, taking the worker's group along. The pidfd is the
+        # worker's as long as the worker is still our parent after it is opened.
+        worker_fd = os.pidfd_open(worker)
+        if os.getppid() != worker:
+            _kill(-1, group)
+        events.register(worker_fd, select.POLLIN)
+    while not events.poll():
+        pass
+    # The host is gone (or, without a cgroup, the worker): the tree goes with it.
+    _kill(kill_fd, group)
+
+
+def _kill(kill_fd: int, group: int) -> NoReturn:
+    if kill_fd >= 0:
+        try:
+            os.write(kill_fd, b"1")
+        except OSError:
+            pass
+    if group:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except OSError:
+            pass
+    os._exit(0)
