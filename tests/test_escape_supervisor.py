@@ -220,3 +220,55 @@ async def _attack_and_kill_host(argv: list[str], pids: list[int], mode: str, lev
         for pid in pids:  # so that a failure here leaves nothing for the next test
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+
+
+MEMBERS_TOOL = """
+import os
+
+from worker.pi import CustomTool
+
+
+def factory(api):
+    def members(tcid, params, on_update, ctx, signal_):
+        path = open("/proc/self/cgroup").read().split("0::", 1)[1].split("\\n")[0].strip()
+        procs = open(f"/sys/fs/cgroup/unified{path}/cgroup.procs").read().split()
+        try:
+            os.waitpid(-1, os.WNOHANG)
+            children = True
+        except ChildProcessError:
+            children = False
+        others = [int(p) for p in procs if int(p) != os.getpid()]
+        parents = [int(open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1]) for p in others]
+        details = {"pid": os.getpid(), "others": others, "parents": parents, "children": children}
+        return {"content": [{"type": "text", "text": "ok"}], "details": details}
+
+    return [CustomTool(name="members", description="members", parameters={"type": "object"}, execute=members)]
+"""
+
+
+@needs_cgroup
+@pytest.mark.parametrize("level", ["contained", "none"])
+async def test_the_supervisor_is_in_the_cgroup_not_a_child_and_not_a_leftover(tmp_path: Path, level: str) -> None:
+    """It shares the worker's cgroup (so every boundary kill takes it), is not the tool's child (a
+    ``waitpid(-1)`` finds nothing), and does not make the pool retire a worker that left nothing behind."""
+    from runner import SandboxPolicy
+
+    from .conftest import make_runner
+
+    if not Path("/sys/fs/cgroup/unified/cgroup.procs").exists():
+        pytest.skip("the tool reads its cgroup under /sys/fs/cgroup/unified (a hybrid hierarchy)")
+    tool = tmp_path / "members.py"
+    tool.write_text(MEMBERS_TOOL)
+    with trio.fail_after(30):
+        async with make_runner(tool, sandbox=SandboxPolicy(level=level)) as runner:
+            first = await runner.call_tool("members")
+            second = await runner.call_tool("members")
+    assert not first.is_error, first
+    details = first.details
+    assert details["children"] is False
+    if level == "none":
+        assert details["others"] == []  # the control: nothing else in a worker's cgroup without a supervisor
+    else:
+        assert len(details["others"]) == 1, details
+        assert details["parents"] != [details["pid"]], details
+    assert second.details["pid"] == details["pid"], "the worker was retired after a call that left nothing"

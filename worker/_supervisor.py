@@ -29,19 +29,24 @@ denies signals (scope, ABI 6) and ptrace to processes outside it; and it makes
 itself non-dumpable, so that without ``CAP_SYS_PTRACE`` in its user namespace
 no process may ptrace it or open its ``/proc/<pid>/fd`` or ``mem``.
 
-It is the worker's child rather than its parent on purpose: the host's pid,
-pidfd, signals, ``/proc`` readings, exit status and rusage all stay the
-tool's process's own, exactly as without a supervisor, and the supervisor
-outlives the worker until the host has killed the boundary (a worker that
-exits just before its host is SIGKILLed still has its daemons killed). It is
-inside the boundary from birth (the host attaches the worker before it sends
-``initialize``), so every boundary kill takes it too; the host counts it as
-the worker's own member, not a leftover (``InitializeResult.supervisor``).
+It is forked by the worker (through a middle process that exits at once, so
+it is not the worker's child either, and a tool that waits for all its
+children never meets it) rather than being the worker's parent, on purpose:
+the host's pid, pidfd, signals, ``/proc`` readings, exit status and rusage
+all stay the tool's process's own, exactly as without a supervisor, and the
+supervisor outlives the worker until the host has killed the boundary (a
+worker that exits just before its host is SIGKILLed still has its daemons
+killed). It is inside the boundary from birth (the host attaches the worker
+before it sends ``initialize``), so every boundary kill takes it too; the
+host counts it as the worker's own member, not a leftover
+(``InitializeResult.supervisor``). The worker waits until it is set up: a
+supervisor that failed is a worker that refuses to start.
 """
 
 from __future__ import annotations
 
 import ctypes
+import errno
 import gc
 import os
 import select
@@ -53,24 +58,44 @@ EXIT_SUPERVISOR: Final = 5
 
 
 def start(fd_in: int, kill_fd: int) -> int:
-    """Fork the supervisor and return its pid (in the worker, which carries on); raises OSError.
+    """Start the supervisor and return its pid once it is set up (in the worker, which carries on).
 
-    Call it single-threaded, before any sandbox layer or tool code.
+    Raises OSError if it could not be started. Call it single-threaded, before
+    any sandbox layer or tool code.
     """
     worker = os.getpid()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            _supervise(worker, fd_in, kill_fd)
-        except BaseException:
-            pass
-        # Failed to set itself up: the worker's own lifeline still stands,
-        # and the host's boundary kill takes whatever is left.
-        os._exit(EXIT_SUPERVISOR)
-    return pid
+    # Without a cgroup it watches the worker too: a pidfd opened here, by the
+    # worker itself, names the worker whoever reaps it later.
+    worker_fd = os.pidfd_open(worker) if kill_fd < 0 else -1
+    ready_r, ready_w = os.pipe()
+    try:
+        # Twice, so that it is not the worker's child: a tool that waits for
+        # any child (``waitpid(-1)`` until ECHILD) must not find it there.
+        middle = os.fork()
+        if middle == 0:
+            try:
+                os.close(ready_r)
+                if os.fork() == 0:
+                    _supervise(worker, worker_fd, fd_in, kill_fd, ready_w)
+            except BaseException:
+                pass
+            # The middle process, or a supervisor that failed to set itself up
+            # (the worker then reads EOF and says so).
+            os._exit(EXIT_SUPERVISOR)
+        os.close(ready_w)
+        ready_w = -1
+        os.waitpid(middle, 0)
+        ready = os.read(ready_r, 32)  # its pid, written once it is set up; EOF if it failed
+    finally:
+        for fd in (worker_fd, ready_r, ready_w):
+            if fd >= 0:
+                os.close(fd)
+    if not ready:
+        raise OSError(errno.ECHILD, "it exited while setting itself up")
+    return int(ready)
 
 
-def _supervise(worker: int, fd_in: int, kill_fd: int) -> NoReturn:
+def _supervise(worker: int, worker_fd: int, fd_in: int, kill_fd: int, ready: int) -> NoReturn:
     gc.disable()  # nothing to collect; a collection would only dirty pages shared with the worker
     # Before anything else: from here on no process without CAP_SYS_PTRACE may
     # ptrace it or read its fds and memory through /proc.
@@ -86,22 +111,20 @@ def _supervise(worker: int, fd_in: int, kill_fd: int) -> NoReturn:
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
-    keep = sorted({0, 1, 2, fd_in, *((kill_fd,) if kill_fd >= 0 else ())})
+    keep = sorted({0, 1, 2, fd_in, ready} | {fd for fd in (kill_fd, worker_fd) if fd >= 0})
     for low, high in zip(keep, [*keep[1:], 1 << 30], strict=True):
         os.closerange(low + 1, high)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only the boundary's SIGKILL ends it
     events = select.poll()
     events.register(fd_in, 0)  # no events asked for: POLLHUP and POLLERR are always reported
-    if kill_fd < 0:
-        # No cgroup: the host's kill (the worker's group and descendants)
-        # would miss a supervisor orphaned by its worker's exit, so it ends
-        # with the worker, taking the worker's group along. The pidfd is the
-        # worker's as long as the worker is still our parent after it is opened.
-        worker_fd = os.pidfd_open(worker)
-        if os.getppid() != worker:
-            _kill(-1, group)
+    if worker_fd >= 0:
+        # No cgroup: the host's kill (the worker's group and descendants) does
+        # not reach this process, so it ends with the worker, taking the
+        # worker's group along.
         events.register(worker_fd, select.POLLIN)
+    os.write(ready, str(os.getpid()).encode())
+    os.close(ready)
     while not events.poll():
         pass
     # The host is gone (or, without a cgroup, the worker): the tree goes with it.
