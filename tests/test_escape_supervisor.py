@@ -6,7 +6,10 @@ code that acts on it. The supervisor the worker forks before any sandbox
 layer or tool code runs holds its own copy of the pipe's read end and its own
 ``cgroup.kill`` fd, in a process the tool cannot reach; these tests disarm the
 worker's lifeline, leave a ``setsid`` double-forked daemon behind, SIGKILL the
-host, and wait (bounded) for the worker and the daemon to be gone.
+host, and wait (bounded) for the worker and the daemon to be gone. The
+others check that the supervisor is in the worker's cgroup yet neither its
+child nor a leftover the pool would retire it for, and that a strict tool
+cannot signal it.
 """
 
 from __future__ import annotations
@@ -26,7 +29,11 @@ import psutil
 import pytest
 import trio
 
+from runner import SandboxPolicy
 from runner._boundary import CgroupRoot, _own_v2_path, _v2_mount, kill_and_remove
+from worker._sandbox import landlock_abi
+
+from .conftest import make_runner
 
 # Both attacks disarm the worker, start the daemon, report both pids in an
 # update and hang: before the supervisor, both outlived the host for good.
@@ -251,10 +258,6 @@ def factory(api):
 async def test_the_supervisor_is_in_the_cgroup_not_a_child_and_not_a_leftover(tmp_path: Path, level: str) -> None:
     """It shares the worker's cgroup (so every boundary kill takes it), is not the tool's child (a
     ``waitpid(-1)`` finds nothing), and does not make the pool retire a worker that left nothing behind."""
-    from runner import SandboxPolicy
-
-    from .conftest import make_runner
-
     if not Path("/sys/fs/cgroup/unified/cgroup.procs").exists():
         pytest.skip("the tool reads its cgroup under /sys/fs/cgroup/unified (a hybrid hierarchy)")
     tool = tmp_path / "members.py"
@@ -272,3 +275,60 @@ async def test_the_supervisor_is_in_the_cgroup_not_a_child_and_not_a_leftover(tm
         assert len(details["others"]) == 1, details
         assert details["parents"] != [details["pid"]], details
     assert second.details["pid"] == details["pid"], "the worker was retired after a call that left nothing"
+
+
+POKE_TOOL = """
+import errno
+import os
+import time
+
+from worker.pi import CustomTool
+
+
+def factory(api):
+    def poke(tcid, params, on_update, ctx, signal_):
+        child = os.fork()
+        if child == 0:
+            time.sleep(60)
+            os._exit(0)
+        os.kill(child, 9)  # the control: a signal inside its own domain is delivered
+        os.waitpid(child, 0)
+        try:
+            os.kill(params["pid"], 9)
+            outcome = "delivered"
+        except OSError as exc:
+            outcome = errno.errorcode[exc.errno]
+        return {"content": [{"type": "text", "text": outcome}], "details": {"pid": os.getpid()}}
+
+    def whoami(tcid, params, on_update, ctx, signal_):
+        return {"content": [{"type": "text", "text": "me"}], "details": {"pid": os.getpid()}}
+
+    return [CustomTool(name=fn.__name__, description=fn.__name__, parameters={"type": "object"}, execute=fn)
+            for fn in (poke, whoami)]
+"""
+
+
+def _cgroup_peers(pid: int) -> list[int]:
+    """The other members of ``pid``'s cgroup v2, read from outside (the test runs as the host's user)."""
+    with open(f"/proc/{pid}/cgroup") as f:
+        path = next(line for line in f.read().splitlines() if line.startswith("0::"))[3:]
+    mount = _v2_mount()
+    assert mount is not None
+    procs = (mount / path.lstrip("/") / "cgroup.procs").read_text().split()
+    return [int(p) for p in procs if int(p) != pid]
+
+
+@needs_cgroup
+@pytest.mark.skipif(landlock_abi() < 6, reason="Landlock's signal scope needs ABI 6 (Linux 6.12)")
+async def test_a_strict_tool_cannot_kill_its_supervisor(tmp_path: Path) -> None:
+    tool = tmp_path / "poke.py"
+    tool.write_text(POKE_TOOL)
+    with trio.fail_after(30):
+        async with make_runner(tool, sandbox=SandboxPolicy(level="strict")) as runner:
+            me = await runner.call_tool("whoami")
+            peers = _cgroup_peers(me.details["pid"])
+            assert len(peers) == 1, f"the worker's cgroup should hold it and its supervisor only: {peers}"
+            poked = await runner.call_tool("poke", {"pid": peers[0]})
+            assert poked.details["pid"] == me.details["pid"]
+            assert _alive(peers[0])
+    assert poked.text == "EPERM", poked

@@ -427,22 +427,20 @@ def main(argv: list[str] | None = None) -> NoReturn:
             kill_fd = -1
     supervisor = 0
     if init.sandbox.level != "none":
-        # Forked first: outside every sandbox layer the worker applies to
-        # itself below (Landlock's signal and ptrace scope among them), and
-        # while single-threaded. ``none`` keeps one process: no promise there.
-        from . import _supervisor
+        from . import _sandbox, _supervisor
 
+        # The supervisor first: outside every sandbox layer applied below
+        # (Landlock's signal and ptrace scope among them). ``none`` keeps one
+        # process: it makes no promise a tool could break.
         try:
             supervisor = _supervisor.start(fd_in, kill_fd)
         except OSError as exc:
             if not init.sandbox.best_effort:
                 refuse(ErrorCode.SANDBOX_UNAVAILABLE, f"the worker's supervisor could not be started: {exc}")
             unenforced.append(f"supervisor: {exc}")
-    if init.sandbox.level != "none":
         # Still single-threaded, and no tool code has run: Landlock and seccomp
-        # bind this thread and every thread and process started after it.
-        from . import _sandbox
-
+        # bind this thread and every thread and process started after it (the
+        # fork above needs a single thread too: it copies only the caller).
         try:
             unenforced += _sandbox.apply(init.sandbox)
         except _sandbox.SandboxError as exc:
