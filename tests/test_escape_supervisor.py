@@ -332,3 +332,69 @@ async def test_a_strict_tool_cannot_kill_its_supervisor(tmp_path: Path) -> None:
             assert poked.details["pid"] == me.details["pid"]
             assert _alive(peers[0])
     assert poked.text == "EPERM", poked
+
+
+# Without a cgroup (the documented fallback): a "host" that holds the pipe's
+# write end, a "worker" leading its own group with a child in it, and the
+# supervisor the worker starts with no cgroup.kill fd.
+NO_CGROUP = """
+import os, sys, time
+from worker import _supervisor
+r, w = os.pipe()
+worker = os.fork()
+if worker == 0:
+    os.close(w)
+    os.setsid()
+    child = os.fork()
+    if child == 0:
+        time.sleep(60)
+        os._exit(0)
+    supervisor = _supervisor.start(r, -1)
+    os.close(r)
+    print(os.getpid(), child, supervisor, flush=True)
+    if sys.argv[1] == "worker_exits":
+        os._exit(0)
+    time.sleep(60)
+    os._exit(0)
+os.close(r)
+sys.stdin.read()  # the test says when the host goes
+"""
+
+
+@pytest.mark.parametrize("event", ["host_gone", "worker_exits"])
+async def test_without_a_cgroup_the_supervisor_kills_the_workers_group(tmp_path: Path, event: str) -> None:
+    """Host gone: it kills the worker's group. Worker gone: it kills the group too and exits, since
+    the host's fallback kill (the worker's group and descendants) cannot reach it once orphaned."""
+    script = tmp_path / "no_cgroup.py"
+    script.write_text(NO_CGROUP)
+    pids: list[int] = []
+    with trio.fail_after(30):
+        proc = await trio.lowlevel.open_process(
+            [sys.executable, str(script), event], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            line = b""
+            while not line.endswith(b"\n"):
+                chunk = await proc.stdout.receive_some(4096)
+                assert chunk, "the script exited before its worker started the supervisor"
+                line += chunk
+            pids += [int(x) for x in line.split()]
+            _, child, supervisor = pids
+            if event == "host_gone":
+                assert all(map(_alive, pids)), "the worker, its child and the supervisor live while the host does"
+                await proc.stdin.aclose()  # the host exits: its write end closes
+                await proc.wait()
+            # worker_exits: the host lives on (its write end stays open), and
+            # the worker's exit alone must end the supervisor and the group.
+            alive = await trio.to_thread.run_sync(_wait_gone, [child, supervisor], 10.0)
+            assert alive == [], f"{alive} of child {child} and supervisor {supervisor} outlived the {event} event"
+        finally:
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            if proc.returncode is None:
+                proc.kill()
+            await proc.wait()
+            await proc.stdin.aclose()
+            await proc.stdout.aclose()
