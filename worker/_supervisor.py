@@ -6,7 +6,8 @@ patch the code that acts on EOF. At ``contained`` and ``strict`` the worker
 therefore forks this supervisor at ``initialize``, before any sandbox layer
 and before any tool code, while it is still single-threaded (a fork copies
 only the forking thread). The worker goes on as before; the supervisor keeps
-nothing but two fds of its own and waits:
+nothing but these fds of its own (and, without a cgroup, the worker's pidfd)
+and waits:
 
 - **fd_in's read end**, polled for the hang-up only, never read (the worker
   owns the data). The host holds the pipe's only write end, so the hang-up
@@ -91,7 +92,7 @@ def start(fd_in: int, kill_fd: int) -> int:
             if fd >= 0:
                 os.close(fd)
     if not ready:
-        raise OSError(errno.ECHILD, "it exited while setting itself up")
+        raise OSError(errno.ECHILD, "it exited while setting itself up (a fork refused by the pids limit, say)")
     return int(ready)
 
 
