@@ -89,7 +89,10 @@ class ProcessFactory:
         contained = policy.level != "none"
         return self._cgroups.new_boundary(
             memory_bytes=policy.memory_mb * MiB if contained and policy.memory_mb is not None else None,
-            max_procs=policy.max_procs if contained else None,
+            # Two over the tool's own: its worker's supervisor, and the middle
+            # process that exists while the supervisor starts (worker._supervisor),
+            # without which max_procs=1 could never start a worker.
+            max_procs=policy.max_procs + 2 if contained and policy.max_procs is not None else None,
             cpu_seconds=policy.cpu_seconds if contained else None,
         )
 

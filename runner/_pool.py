@@ -297,7 +297,8 @@ class WorkerPool:
     def _clean(worker: PoolWorker) -> bool:
         # A call that left processes behind (a daemon, a background job)
         # retires its worker: nothing a call started may outlive the call.
-        return worker.alive and worker.boundary.members() in ([], [worker.pid])
+        # Its supervisor was there before any tool code ran.
+        return worker.alive and set(worker.boundary.members()) <= {worker.pid, worker.supervisor_pid}
 
     async def retire(self, slot: Slot) -> None:
         idle = self._idle.get((slot.module, slot.policy))

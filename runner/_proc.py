@@ -77,6 +77,7 @@ class WorkerProcess:
         self.process = process
         self.max_frame_bytes = max_frame_bytes
         self.unenforced: list[str] = []
+        self.supervisor_pid = 0
         self.protocol_error: RemoteProtocolError | None = None
         self.on_request: RequestHandler | None = None
         self.on_notification: NotificationHandler | None = None
@@ -152,6 +153,7 @@ class WorkerProcess:
                 # tool module: it must not be mistaken for (or cached as) a load error.
                 raise WorkerStartupError(f"the worker refused to start: {exc.error.message}") from None
             self.unenforced = result.unenforced
+            self.supervisor_pid = result.supervisor
             if result.protocol_version != p.PROTOCOL_VERSION:
                 raise RemoteProtocolError(
                     f"worker speaks protocol version {result.protocol_version}, host speaks {p.PROTOCOL_VERSION}"

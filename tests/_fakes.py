@@ -80,6 +80,7 @@ class FakeWorker:
         self.mode: Mode = mode
         self.returncode: int | None = None
         self.unenforced: list[str] = []
+        self.supervisor_pid = 0
         self.output_exceeded = False
         self.boundary = FakeBoundary()
         self.stderr_tail = FakeTail()

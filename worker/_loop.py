@@ -6,12 +6,15 @@ Lifecycle (each step is the only thing happening at that point):
    stdin on the null device and fds 1/2 on capture pipes. The protocol uses
    only R and W, so nothing a tool prints can corrupt a frame.
 2. The main thread reads ``initialize`` (blocking, single-threaded: the host
-   attaches the worker to its kill boundary before sending it) and answers.
+   attaches the worker to its kill boundary before sending it), forks its
+   supervisor at ``contained`` and ``strict`` (``_supervisor.py``: the same
+   lifeline, where the tool cannot disarm it), applies its sandbox and answers.
 3. A reader thread starts. From now on fd R is read by the main thread while
    it is idle and by the reader thread while the main thread serves a request
    (``_inbox.py``): requests are queued and served in order, ``$/cancel``
    marks the running call's signal (or is kept for a call still queued), and
-   EOF means the host is gone, so the worker kills its own tree (the lifeline).
+   EOF means the host is gone, so the worker kills its own tree (the lifeline;
+   the supervisor does the same whatever the tool did to this process).
 4. The main thread serves ``load`` once, then ``call`` requests one at a time,
    until ``shutdown``.
 
@@ -427,13 +430,24 @@ def main(argv: list[str] | None = None) -> NoReturn:
             kill_fd = os.open(init.cgroup_kill_path, os.O_WRONLY | os.O_CLOEXEC)
         except OSError:
             kill_fd = -1
+    supervisor = 0
     if init.sandbox.level != "none":
-        # Still single-threaded, and no tool code has run: Landlock and seccomp
-        # bind this thread and every thread and process started after it.
-        from . import _sandbox
+        from . import _sandbox, _supervisor
 
+        # The supervisor first: outside every sandbox layer applied below
+        # (Landlock's signal and ptrace scope among them). ``none`` keeps one
+        # process: it makes no promise a tool could break.
         try:
-            unenforced = _sandbox.apply(init.sandbox)
+            supervisor = _supervisor.start(fd_in, kill_fd)
+        except OSError as exc:
+            if not init.sandbox.best_effort:
+                refuse(ErrorCode.SANDBOX_UNAVAILABLE, f"the worker's supervisor could not be started: {exc}")
+            unenforced.append(f"supervisor: {exc}")
+        # Still single-threaded, and no tool code has run: Landlock and seccomp
+        # bind this thread and every thread and process started after it (the
+        # fork above needs a single thread too: it copies only the caller).
+        try:
+            unenforced += _sandbox.apply(init.sandbox)
         except _sandbox.SandboxError as exc:
             refuse(ErrorCode.SANDBOX_UNAVAILABLE, f"sandbox not applied: {exc}")
     _env.watch_dropped()
@@ -442,7 +456,11 @@ def main(argv: list[str] | None = None) -> NoReturn:
     # and the default action would look like a crash.
     signal.signal(signal.SIGTERM, worker.on_sigterm)
     result = m.InitializeResult(
-        protocol_version=m.PROTOCOL_VERSION, pid=os.getpid(), python=sys.version.split()[0], unenforced=unenforced
+        protocol_version=m.PROTOCOL_VERSION,
+        pid=os.getpid(),
+        python=sys.version.split()[0],
+        unenforced=unenforced,
+        supervisor=supervisor,
     )
     channel.send(lambda conn: conn.send_result(init_id, result))
     worker.inbox.start()

@@ -163,6 +163,7 @@ class InitializeResult(msgspec.Struct, frozen=True):
     pid: int
     python: str = ""
     unenforced: list[str] = []
+    supervisor: int = 0  # the pid of the worker's supervisor (worker._supervisor), 0 without one
 
 
 class LoadParams(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -32,7 +32,7 @@ from typing import Any, NoReturn
 
 import msgspec
 
-from . import _loop, _sandbox  # noqa: F401 - loaded here once so that every fork inherits them
+from . import _loop, _sandbox, _supervisor  # noqa: F401 - loaded here once so that every fork inherits them
 
 MAX_REQUEST = 1 << 20
 EXIT_SETUP = 127
