@@ -11,7 +11,8 @@ in the same run. Sections:
   (a) warm echo call, 1 in flight, pinned to one CPU and unpinned;
   (b) 2000 echo calls over 2 workers;            (c) a 10 MiB result;
   (d) first call on a never-used worker;        (e) cancel -> terminal result;
-  (f) cold CLI call, whole process;             (g) idle worker RSS, host RSS over many calls.
+  (f) cold CLI call, whole process;             (g) idle worker RSS, host RSS over many calls;
+  (h) worker start per sandbox level (spawn to module loaded), paired against ``none``.
 
 xcsh-run is driven only through its public API (``open_runner``,
 ``Runner.call_tool``, ``Runner.cancel``, ``Runner.statistics``, ``Runner.grace``)
@@ -418,6 +419,22 @@ def cold_section(args: argparse.Namespace, work: Path) -> Section:
     return section
 
 
+def sandbox_section(args: argparse.Namespace) -> Section:
+    import trio
+
+    from bench import sandbox_spawn
+
+    section = Section(
+        "h",
+        "Worker start per sandbox level: spawn to 'module loaded', ms (xcsh-run only; rounds in shuffled order)",
+        "vs none (the added cost of each level's layers: supervisor, mount namespace, Landlock, seccomp)",
+    )
+    samples = trio.run(sandbox_spawn.measure, args.spawn_rounds)
+    for name, values in samples.items():
+        section.add(Row(name, samples=values, unit="ms", ref=name == "none"))
+    return section
+
+
 # --- targets -----------------------------------------------------------------------------------------------------
 
 
@@ -512,7 +529,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--cold-reps", type=int, default=10, help="cold runs per variant [10]")
     parser.add_argument("--mcp-cold-reps", type=int, default=3, help="cold MCP runs (seconds each) [3]")
-    parser.add_argument("--only", default="abcdefg", help="sections to run, e.g. 'af' [abcdefg]")
+    parser.add_argument("--spawn-rounds", type=int, default=20, help="rounds of the sandbox start section [20]")
+    parser.add_argument("--only", default="abcdefgh", help="sections to run, e.g. 'af' [abcdefgh]")
     parser.add_argument("--quick", action="store_true", help="a smoke run: tiny counts, numbers not meaningful")
     parser.add_argument("--json", type=Path, help="also write every row and target as JSON here")
     args = parser.parse_args(argv)
@@ -521,7 +539,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     if args.quick:
         args.rounds, args.warm_n, args.tp_n, args.memory_calls = 1, 200, 200, 2000
         args.cold_reps, args.mcp_cold_reps, args.big_rounds, args.big_reps = 2, 1, 1, 1
-        args.spawn_reps, args.cancel_reps, args.cancel_ignore_reps = 2, 2, 1
+        args.spawn_reps, args.cancel_reps, args.cancel_ignore_reps, args.spawn_rounds = 2, 2, 1, 2
     return args
 
 
@@ -566,8 +584,12 @@ def main(argv: list[str] | None = None) -> None:
             t0 = time.perf_counter()
             sections["f"] = cold_section(args, work)
             print(f"  (f) done in {time.perf_counter() - t0:.0f} s; {_load_line('this point')}", flush=True)
+    if "h" in args.only:
+        t0 = time.perf_counter()
+        sections["h"] = sandbox_section(args)
+        print(f"  (h) done in {time.perf_counter() - t0:.0f} s; {_load_line('this point')}", flush=True)
     print()
-    for key in ("a1", "a2", "b", "c", "d", "e", "f", "g"):
+    for key in ("a1", "a2", "b", "c", "d", "e", "f", "g", "h"):
         if key in sections:
             print(render_section(sections[key]))
             print()

@@ -5,7 +5,7 @@ spawn to "module loaded" (the worker's sandbox is applied in between). The
 table gives per-level medians and the median of the per-round differences
 against ``none`` (paired, so machine noise cancels out).
 
-Usage: python bench/sandbox_spawn.py [ROUNDS]
+Usage: python bench/sandbox_spawn.py [ROUNDS]; ``make bench`` runs it as section (h).
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ LEVELS = {
 }
 
 
-async def main(rounds: int) -> None:
+async def measure(rounds: int) -> dict[str, list[float]]:
+    """Per level, ``rounds`` times from spawn to 'module loaded', in ms, each round in a new order."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "echo_tool.py"
         path.write_text(TOOL)
@@ -59,6 +60,11 @@ async def main(rounds: int) -> None:
                     slot, _ = await registry.spawn_loaded(candidate, 30, policy)
                     samples[name].append((time.perf_counter() - start) * 1000)
                     await pool.retire(slot)
+    return samples
+
+
+async def main(rounds: int) -> None:
+    samples = await measure(rounds)
     base = samples["none"]
     print(
         f"worker spawn to 'module loaded', {rounds} paired rounds, {os.cpu_count()} cores, "

@@ -31,6 +31,7 @@ import trio
 
 from runner import SandboxPolicy
 from runner._boundary import CgroupRoot, _own_v2_path, _v2_mount, kill_and_remove
+from runner._sandbox import Level
 from worker._sandbox import landlock_abi
 
 from .conftest import make_runner
@@ -320,11 +321,12 @@ def _cgroup_peers(pid: int) -> list[int]:
 
 @needs_cgroup
 @pytest.mark.skipif(landlock_abi() < 6, reason="Landlock's signal scope needs ABI 6 (Linux 6.12)")
-async def test_a_strict_tool_cannot_kill_its_supervisor(tmp_path: Path) -> None:
+@pytest.mark.parametrize("level", ["contained", "strict"])
+async def test_a_tool_cannot_kill_its_supervisor(tmp_path: Path, level: Level) -> None:
     tool = tmp_path / "poke.py"
     tool.write_text(POKE_TOOL)
     with trio.fail_after(30):
-        async with make_runner(tool, sandbox=SandboxPolicy(level="strict")) as runner:
+        async with make_runner(tool, sandbox=SandboxPolicy(level=level)) as runner:
             me = await runner.call_tool("whoami")
             peers = _cgroup_peers(me.details["pid"])
             assert len(peers) == 1, f"the worker's cgroup should hold it and its supervisor only: {peers}"
