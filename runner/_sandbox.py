@@ -257,7 +257,31 @@ def check(policy: SandboxPolicy, found: Probe) -> list[str]:
             + "; ".join(missing)
             + ". Use a weaker level, or set best_effort=True (CLI: --sandbox-best-effort) to run anyway."
         )
-    return missing
+    return missing + weakened(policy, found)
+
+
+def weakened(policy: SandboxPolicy, found: Probe) -> list[str]:
+    """The documented weakenings a level runs with on this host, rather than refusing to start.
+
+    Refusing would make the default level unusable on most kernels and on any
+    host that is not root; reporting them (in ``unenforced`` and ``xcsh-run
+    list``) keeps the promise honest instead.
+    """
+    weaker: list[str] = []
+    if policy.level == "contained" and 0 < found.landlock_abi < 6:
+        weaker.append(
+            f"Landlock ABI 6 (Linux 6.12+) for signal and abstract-socket scoping (this kernel has ABI "
+            f"{found.landlock_abi}): a contained tool can signal the host and other workers"
+        )
+    elif policy.level == "contained" and found.landlock_abi < 1:
+        weaker.append("Landlock: a contained tool can signal the host and other workers")
+    if policy.level != "none" and found.euid != 0:
+        also = "; HOME and TMPDIR are on disk, not on a capped noexec tmpfs" if policy.level == "strict" else ""
+        weaker.append(
+            "a mount namespace (needs a root host): the tool shares the host's /dev/shm and can move its "
+            "processes to any cgroup the host's user may write to" + also
+        )
+    return weaker
 
 
 # --- the worker's surroundings ---------------------------------------------------------------

@@ -435,7 +435,41 @@ async def test_unenforceable_level_fails_closed(monkeypatch: pytest.MonkeyPatch)
     assert any("Landlock" in item for item in result.unenforced)
     assert "unenforced" in result.to_json()
     assert per_call.text == "2" and any("Landlock" in item for item in per_call.unenforced)
-    assert plain.unenforced == [] and "unenforced" not in plain.to_json()
+    # contained runs without Landlock, and says what that costs it.
+    assert plain.text == "3" and any("can signal the host" in item for item in plain.unenforced), plain
+
+
+@pytest.mark.parametrize(
+    ("fake", "expected"),
+    [
+        ({"landlock_abi": 5}, "Landlock ABI 6 (Linux 6.12+) for signal and abstract-socket scoping"),
+        ({"euid": 1000}, "a mount namespace (needs a root host)"),
+        ({}, None),
+    ],
+    ids=["landlock-abi-5", "not-root", "this-machine"],
+)
+async def test_contained_runs_weakened_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, fake: dict[str, Any], expected: str | None
+) -> None:
+    """The default level does not refuse a kernel without Landlock scopes or a host that is not root:
+    each result names what is weaker (the documented weakenings), and on this machine nothing is."""
+    from runner import _host, _sandbox
+
+    real = _sandbox.probe
+
+    def machine(*args: Any, **kwargs: Any) -> Any:
+        found = real(*args, **kwargs)
+        return found.__class__(**{**_probe_fields(found), **fake})
+
+    monkeypatch.setattr(_host, "probe", machine)  # a fake machine, at the probe seam
+    with trio.fail_after(30):
+        async with sandboxed(SandboxPolicy(), TOOLS / "basic.py") as runner:
+            result = await runner.call_tool("add", {"a": 4})
+    assert result.text == "4"
+    if expected is None:
+        assert result.unenforced == [] and "unenforced" not in result.to_json()
+    else:
+        assert any(item.startswith(expected) for item in result.unenforced), result.unenforced
 
 
 def _probe_fields(found: Any) -> dict[str, Any]:
