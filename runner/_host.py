@@ -234,10 +234,9 @@ class Runner:
             on_update: called with each partial result ``{"content", "details"}``,
                 in order, before this returns. It runs on the host's event loop
                 and must not block.
-            timeout: seconds; the call's timeout is the smallest of this, the
-                policy's ``wall_seconds`` and the tool's own timeout (the
-                runner's ``default_timeout`` stands in when neither this nor
-                the policy gives one). It starts when the call leaves the queue
+            timeout: seconds; the smallest of this, the policy's ``wall_seconds``
+                and the tool's own timeout wins (``default_timeout`` when neither
+                this nor the policy gives one). It starts when the call leaves the queue
                 (see ``queue_timeout``); starting a worker counts against it.
             tool_call_id: an id for :meth:`cancel` and for the tool; generated if absent.
             ctx: read-only state shared with the tool as ``ctx``.
@@ -469,8 +468,7 @@ async def open_runner(
     try:
 
         def prepare() -> Probe:
-            # Workdirs of hosts that died (SIGKILL, power loss) are swept here,
-            # as their cgroups are in CgroupRoot.create: nothing else would.
+            # Dead hosts' workdirs are swept here, their cgroups in CgroupRoot.create.
             for left in sweep_stale_workdirs():
                 log.warning("could not remove all of the stale worker workdir %s", left)
             return probe(

@@ -15,8 +15,7 @@ moving bytes and waking waiters:
 3. When the worker breaks the protocol, every waiter fails with that
    RemoteProtocolError and the worker's tree is killed: nothing it says can be
    trusted any more. When its end is recorded, every waiter still waiting fails
-   with WorkerDied (with its exit status, known only then: the end of the pipe
-   alone does not end a request).
+   with WorkerDied (with its exit status, known only then: EOF alone does not end a request).
 """
 
 from __future__ import annotations
@@ -67,10 +66,7 @@ NotificationHandler = Callable[["WorkerProcess", p.NotificationReceived], None]
 
 
 class WorkerProcess:
-    """One live worker: its process, and the protocol connection over its pipes.
-
-    Created only by :meth:`start`. ``repr`` shows pid, module and state.
-    """
+    """One live worker, made by :meth:`start`: its process, and the protocol connection over its pipes."""
 
     def __init__(self, process: SupervisedProcess, *, max_frame_bytes: int) -> None:
         self.id = next(_ids)
