@@ -140,6 +140,14 @@ class CgroupRoot:
         child = self.path / name
         fault_point("boundary")
         child.mkdir()
+        try:
+            # No cgroups below the boundary: a tool that mounts a cgroup2 of its
+            # own (a user and cgroup namespace need no capability) could move a
+            # daemon, or the supervisor, into one, out of the members the host
+            # checks, and kill or freeze it there.
+            (child / "cgroup.max.depth").write_text("0")
+        except OSError:
+            pass  # kernels before 4.14: the boundary's cgroup.kill still reaches them all
         limits: dict[str, Path] = {}
         try:
             if memory_bytes is not None and self.memory is not None:

@@ -187,7 +187,49 @@ def _busy_children(count):
     return [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
 
 
+def _cgroup_ns_hide():
+    # A user and a cgroup namespace need no capability; in them a fresh cgroup2
+    # mount is rooted at the worker's boundary, and writable. A cgroup made
+    # there would take a daemon (or the supervisor) out of the boundary's own
+    # member list, and could be killed or frozen on its own.
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        step = "unshare(NEWUSER)"
+        try:
+            if libc.unshare(0x10000000) != 0:
+                raise OSError(ctypes.get_errno(), step)
+            # Unmapped is enough: the namespace's capabilities are what the mount needs.
+            for name, text in (("setgroups", "deny"), ("uid_map", "0 0 1"), ("gid_map", "0 0 1")):
+                try:
+                    with open("/proc/self/" + name, "w") as f:
+                        f.write(text)
+                except OSError:
+                    pass
+            step = "unshare(NEWNS|NEWCGROUP)"
+            if libc.unshare(0x20000 | 0x02000000) != 0:
+                raise OSError(ctypes.get_errno(), step)
+            target = os.path.join(os.environ["TMPDIR"], "cg")
+            os.mkdir(target)
+            step = "mount cgroup2"
+            if libc.mount(b"none", target.encode(), b"cgroup2", 0, None) != 0:
+                raise OSError(ctypes.get_errno(), step)
+            step = "mkdir"
+            os.mkdir(os.path.join(target, "hide"))
+            outcome = "made"
+        except OSError as exc:
+            outcome = f"{step}:{errno.errorcode.get(exc.errno, exc.errno)}"
+        os.write(w, outcome.encode())
+        os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    return os.read(r, 200).decode()
+
+
 ATTACKS = {
+    "cgroup_ns_hide": lambda a: _cgroup_ns_hide(),
     "read": lambda a: _read(a["path"]),
     "readlink": lambda a: os.readlink(a["path"]),
     "append": lambda a: _append(a["path"], a["data"]),
@@ -464,6 +506,16 @@ async def test_no_daemon_leaves_its_cgroup(policy: SandboxPolicy, attack_tool: P
     else:
         assert moved in ("EROFS", "EACCES", "EPERM"), moved
         assert not alive
+
+
+@needs_cgroups
+async def test_no_cgroup_below_the_boundary(attack_tool: Path) -> None:
+    """A tool gets as far as mounting a cgroup2 of its own, but cannot make a cgroup in it to hide in."""
+    out = await attack_once(CONTAINED, attack_tool, "cgroup_ns_hide")
+    assert out["ok"], out
+    if out["value"].startswith(("unshare", "mount")):
+        pytest.skip(f"this kernel refuses the attack before its last step: {out['value']}")
+    assert out["value"] == "mkdir:EAGAIN", out
 
 
 async def test_contained_keeps_what_tools_need(attack_tool: Path) -> None:
