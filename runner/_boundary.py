@@ -303,6 +303,11 @@ class Boundary:
         for group in self.limits.values():
             (group / "cgroup.procs").write_text(str(pid))
 
+    @property
+    def has_memory_limit(self) -> bool:
+        """Whether a memory cgroup holds the tree (else ``memory_mb`` is RLIMIT_DATA, or nothing)."""
+        return "memory" in self.limits
+
     def oom_kills(self) -> int:
         """How many processes the memory limit's OOM killer took (v1 ``memory.oom_control``)."""
         if self._final is not None:

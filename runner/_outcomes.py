@@ -164,9 +164,15 @@ def _unconfirmed(
             worker.boundary.oom_kills() > 0
             or mark.peak_rss >= policy.memory_mb * mib // 2
             or mark.peak_vm >= policy.memory_mb * mib
+            or mark.peak_vm < 0
+            # Without a memory cgroup the ceiling is RLIMIT_DATA, which refuses
+            # a big allocation before it is mapped: no mark grows, nothing refutes.
+            or not worker.boundary.has_memory_limit
         ),
-        "open_files": policy.open_files is not None and mark.fd_slots >= policy.open_files,
-        "file_size": policy.file_size_mb is not None and mark.written >= policy.file_size_mb * mib,
+        # -1: a mark the host cannot read cannot refute the claim (a host that
+        # is not root may not read a non-dumpable worker's /proc/<pid>/io).
+        "open_files": policy.open_files is not None and not 0 <= mark.fd_slots < policy.open_files,
+        "file_size": policy.file_size_mb is not None and not 0 <= mark.written < policy.file_size_mb * mib,
         "output": mark.peak_rss >= worker.max_frame_bytes,
     }
     if limit is not None and seen.get(limit):
@@ -187,7 +193,9 @@ def limits(result: ToolResult, worker: PoolWorker, policy: SandboxPolicy) -> Too
         limit, why = "memory", f"the tool's processes went over the {policy.memory_mb} MiB memory limit (OOM kill)"
     elif worker.boundary.cpu_exceeded:
         limit, why = "cpu", f"the tool's processes used its {policy.cpu_seconds} s of CPU time between them"
-    elif err.signal in ("SIGXCPU", "SIGKILL") and _near_cpu_limit(worker, policy):
+    elif (err.signal == "SIGXCPU" and _near_cpu_limit(worker, policy)) or (
+        err.signal == "SIGKILL" and _at_cpu_limit(worker, policy)
+    ):
         # SIGXCPU alone is no proof: a tool can send it to itself.
         limit, why = "cpu", f"the worker used its {policy.cpu_seconds} s of CPU time"
     elif worker.boundary.pids_limit_hits():
@@ -213,6 +221,12 @@ def _near_cpu_limit(worker: PoolWorker, policy: SandboxPolicy) -> bool:
     # limit here. Half the limit is proof enough that a tool did not just send
     # itself the signal: it had to burn that much CPU first.
     return policy.cpu_seconds is not None and worker.cpu_seconds() >= policy.cpu_seconds / 2
+
+
+def _at_cpu_limit(worker: PoolWorker, policy: SandboxPolicy) -> bool:
+    # The SIGKILL at the hard limit comes 5 s after SIGXCPU: the whole budget
+    # is used by then (half would also take a tool's own kill -9 for the limit).
+    return policy.cpu_seconds is not None and worker.cpu_seconds() >= policy.cpu_seconds
 
 
 def str_or_none(value: object) -> str | None:

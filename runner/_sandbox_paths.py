@@ -83,11 +83,15 @@ def python_paths() -> list[str]:
     paths += worker_packages()
     # A re-executed interpreter (multiprocessing's spawn) finds its venv through this file.
     paths.append(os.path.join(sys.prefix, "pyvenv.cfg"))
-    if sysconfig.get_config_var("Py_ENABLE_SHARED"):
-        libdir, library = sysconfig.get_config_var("LIBDIR"), sysconfig.get_config_var("LDLIBRARY")
-        if libdir and library:
-            paths.append(os.path.join(libdir, library))
-    return sorted(dict.fromkeys(p_ for p_ in paths if p_))
+    # The interpreter's own library folder: a conda, /usr/local or Homebrew
+    # Python links its extension modules (ssl, ctypes, sqlite3) to libraries
+    # there, not in /usr/lib. Never a folder as wide as / or one holding a home.
+    libdir = sysconfig.get_config_var("LIBDIR") or ""
+    if libdir and project_folder(libdir):
+        paths.append(libdir)
+    elif sysconfig.get_config_var("Py_ENABLE_SHARED") and libdir:
+        paths.append(os.path.join(libdir, sysconfig.get_config_var("LDLIBRARY") or ""))
+    return sorted(dict.fromkeys(p_ for p_ in paths if p_ and not p_.endswith("/")))
 
 
 def _elf_interpreter(path: str) -> str | None:

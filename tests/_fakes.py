@@ -53,6 +53,8 @@ class FakeBoundary:
     def members(self) -> list[int]:
         return list(self.extra_members)
 
+    has_memory_limit = True
+
     def oom_kills(self) -> int:
         return self.oom
 
