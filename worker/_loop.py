@@ -35,7 +35,7 @@ from typing import NoReturn
 
 import msgspec
 
-from . import _env
+from . import _env, _sigterm
 from . import _methods as m
 from ._api import HostLink, ToolAPI
 from ._calls import AsyncBridge, Call, Ctx, Outcome, decode_arguments, execute
@@ -453,8 +453,9 @@ def main(argv: list[str] | None = None) -> NoReturn:
     _env.watch_dropped()
     worker = Worker(channel, init, kill_fd)
     # Before answering: from the answer on, the host may stop us with SIGTERM,
-    # and the default action would look like a crash.
-    signal.signal(signal.SIGTERM, worker.on_sigterm)
+    # and the default action would look like a crash. In this process only: a
+    # process the tool forks keeps the default action (``_sigterm``).
+    _sigterm.install(worker.on_sigterm)
     result = m.InitializeResult(
         protocol_version=m.PROTOCOL_VERSION,
         pid=os.getpid(),
