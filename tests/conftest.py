@@ -33,7 +33,10 @@ import pytest
 import trio
 
 from runner import Runner, open_runner
+from runner._boundary import CgroupRoot
 from runner._fuzz_procs import marked_processes as scan_marked
+from runner._sandbox import Probe
+from runner._sandbox import probe as host_probe
 
 MARK = f"XCSH_RUN_TEST_MARK={uuid.uuid4().hex}"
 os.environ["XCSH_RUN_TEST_MARK"] = MARK.split("=", 1)[1]
@@ -43,6 +46,29 @@ TOOLS = TESTS / "tools"
 BROKEN = TESTS / "broken"
 ROOT = TESTS.parent
 XCSH_RUN = str(Path(sys.executable).parent / "xcsh-run")
+
+
+def _machine() -> Probe:
+    """What this machine's kernel can enforce, as the host probes it (uncached)."""
+    root = CgroupRoot.create()
+    try:
+        return host_probe(
+            None,
+            cgroup_v2=root is not None,
+            memory_cgroup=root is not None and root.memory is not None,
+            pids_cgroup=root is not None and root.pids is not None,
+        )
+    finally:
+        if root is not None:
+            root.remove()
+
+
+MACHINE = _machine()
+needs_strict = pytest.mark.skipif(
+    MACHINE.landlock_abi < 6 or not MACHINE.seccomp or MACHINE.arch != "x86_64",
+    reason=f"strict needs Landlock ABI 6+ and seccomp on x86_64 (here: ABI {MACHINE.landlock_abi}, "
+    f"seccomp {MACHINE.seccomp}, {MACHINE.arch})",
+)
 
 
 def marked_processes() -> list[tuple[int, str]]:

@@ -30,10 +30,8 @@ import pytest
 import trio
 
 from runner import Runner, SandboxPolicy
-from runner._boundary import CgroupRoot
-from runner._sandbox import probe as host_probe
 
-from .conftest import make_runner, own_cgroup_dirs
+from .conftest import MACHINE, make_runner, own_cgroup_dirs
 
 CONTAINED = SandboxPolicy()
 NONE = SandboxPolicy(level="none")
@@ -262,21 +260,6 @@ def factory(api):
 """
 
 
-def _machine() -> Any:
-    root = CgroupRoot.create()
-    try:
-        return host_probe(
-            None,
-            cgroup_v2=root is not None,
-            memory_cgroup=root is not None and root.memory is not None,
-            pids_cgroup=root is not None and root.pids is not None,
-        )
-    finally:
-        if root is not None:
-            root.remove()
-
-
-MACHINE = _machine()
 needs_root = pytest.mark.skipif(not IS_ROOT, reason="the attack needs the root host it is about")
 needs_scopes = pytest.mark.skipif(
     MACHINE.landlock_abi < 6, reason=f"needs Landlock ABI 6 (signal scoping); this kernel has {MACHINE.landlock_abi}"

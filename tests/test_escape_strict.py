@@ -24,10 +24,8 @@ import pytest
 import trio
 
 from runner import SandboxPolicy
-from runner._boundary import CgroupRoot
-from runner._sandbox import probe as host_probe
 
-from .conftest import ROOT, make_runner
+from .conftest import ROOT, make_runner, needs_strict
 
 STRICT = SandboxPolicy(level="strict")
 CONTAINED = SandboxPolicy(level="contained")
@@ -38,28 +36,6 @@ GIT_CORE = "/usr/lib/git-core/git"
 
 # The attack tool, copied into each test's tmp_path beside the program bytes it runs (payload.bin).
 ATTACK = Path(__file__).parent / "tools" / "strict_attack.py"
-
-
-def _machine() -> Any:
-    root = CgroupRoot.create()
-    try:
-        return host_probe(
-            None,
-            cgroup_v2=root is not None,
-            memory_cgroup=root is not None and root.memory is not None,
-            pids_cgroup=root is not None and root.pids is not None,
-        )
-    finally:
-        if root is not None:
-            root.remove()
-
-
-MACHINE = _machine()
-needs_strict = pytest.mark.skipif(
-    MACHINE.landlock_abi < 6 or not MACHINE.seccomp or MACHINE.arch != "x86_64",
-    reason=f"strict needs Landlock ABI 6+ and seccomp on x86_64 (here: ABI {MACHINE.landlock_abi}, "
-    f"seccomp {MACHINE.seccomp}, {MACHINE.arch})",
-)
 
 
 def _write_tool(folder: Path) -> Path:

@@ -23,11 +23,9 @@ import pytest
 import trio
 
 from runner import Runner, SandboxPolicy, SandboxUnavailable
-from runner._boundary import CgroupRoot
 from runner._forkserver import supported as forkserver_supported
-from runner._sandbox import probe as host_probe
 
-from .conftest import TOOLS, make_runner
+from .conftest import MACHINE, TOOLS, make_runner, needs_strict
 
 ESCAPE = TOOLS / "escape.py"
 LIMITS = TOOLS / "limits.py"
@@ -35,26 +33,6 @@ STRICT = SandboxPolicy(level="strict", allow_exec=("true",))
 NONE = SandboxPolicy(level="none")
 
 
-def _machine() -> Any:
-    root = CgroupRoot.create()
-    try:
-        return host_probe(
-            None,
-            cgroup_v2=root is not None,
-            memory_cgroup=root is not None and root.memory is not None,
-            pids_cgroup=root is not None and root.pids is not None,
-        )
-    finally:
-        if root is not None:
-            root.remove()
-
-
-MACHINE = _machine()
-needs_strict = pytest.mark.skipif(
-    MACHINE.landlock_abi < 6 or not MACHINE.seccomp or MACHINE.arch != "x86_64",
-    reason=f"strict needs Landlock ABI 6+ and seccomp on x86_64 (here: ABI {MACHINE.landlock_abi}, "
-    f"seccomp {MACHINE.seccomp}, {MACHINE.arch})",
-)
 needs_limits = pytest.mark.skipif(
     not (MACHINE.cgroup_v2 and MACHINE.memory_cgroup and MACHINE.pids_cgroup),
     reason="needs writable cgroup v2 plus memory and pids controllers (run as root)",

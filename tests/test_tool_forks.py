@@ -20,10 +20,8 @@ import pytest
 import trio
 
 from runner import SandboxPolicy
-from runner._boundary import CgroupRoot
-from runner._sandbox import probe as host_probe
 
-from .conftest import make_runner
+from .conftest import make_runner, needs_strict
 
 SWALLOWED = 7  # the child's exit code when SIGTERM did not end it
 
@@ -96,27 +94,12 @@ def factory(api):
 """.replace("SWALLOWED", str(SWALLOWED))
 
 
-def _strict_available() -> bool:
-    root = CgroupRoot.create()
-    try:
-        found = host_probe(
-            None,
-            cgroup_v2=root is not None,
-            memory_cgroup=root is not None and root.memory is not None,
-            pids_cgroup=root is not None and root.pids is not None,
-        )
-    finally:
-        if root is not None:
-            root.remove()
-    return found.landlock_abi >= 6 and found.seccomp and found.arch == "x86_64"
-
-
 POLICIES = [
     pytest.param(SandboxPolicy(level="none"), id="none"),
     pytest.param(
         SandboxPolicy(level="strict"),
         id="strict",
-        marks=pytest.mark.skipif(not _strict_available(), reason="strict needs Landlock ABI 6+ and seccomp on x86_64"),
+        marks=needs_strict,
     ),
 ]
 
