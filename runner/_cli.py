@@ -42,6 +42,7 @@ from ._cli_options import (
 )
 from ._cli_output import Status, emit_ndjson, print_text, source_label, warn
 from ._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_QUEUE_TIMEOUT
+from ._discovery import project_root
 from ._errors import RunnerError
 from ._fuzz_report import COMMANDS, FuzzReport
 from ._host import open_runner
@@ -173,8 +174,9 @@ def run_command(
             # wanted_tool: a module later in precedence than the one defining
             # the tool cannot change which tool runs, so it is not waited for.
             async with open_runner(
-                tools or (), grace=grace, load_timeout=load_timeout, sandbox=sandbox, wanted_tool=tool
-            ) as runner:
+                tools or (), grace=grace, load_timeout=load_timeout, sandbox=sandbox, wanted_tool=tool,
+                discover_sources=True,
+            ) as runner:  # fmt: skip
                 warn(runner.warnings)
                 if interactive:
                     runner.set_ui_context(TerminalUI(status.clear if status is not None else None))
@@ -232,7 +234,9 @@ def _load(
 
     async def main(_: Signals) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
         # No tool is called: a spare worker would be started only to be stopped.
-        async with open_runner(tools or (), load_timeout=load_timeout, sandbox=sandbox, spare_workers=0) as runner:
+        async with open_runner(
+            tools or (), load_timeout=load_timeout, sandbox=sandbox, spare_workers=0, discover_sources=True
+        ) as runner:
             unenforced = [f"sandbox {runner.sandbox.level!r} not fully enforced: {u}" for u in runner.unenforced]
             return msgspec.to_builtins(runner.tools), msgspec.to_builtins(runner.errors), runner.warnings + unenforced
 
@@ -257,6 +261,7 @@ def list_command(
         typer.echo(json.dumps({"tools": found, "errors": errors, "warnings": warnings}, indent=2, ensure_ascii=False))
         return
     cwd = os.getcwd()
+    typer.echo(f"Project root: {project_root(cwd)}")
 
     def rel(path: str) -> str:
         return os.path.relpath(path, cwd) if path.startswith(cwd + os.sep) else path
@@ -433,6 +438,7 @@ def fuzz_command(
             fail_on_tool_error=fail_on_tool_error,
             sandbox=sandbox,
             load_timeout=load_timeout,
+            discover_sources=True,
         )
 
     report = _run(main)

@@ -67,8 +67,11 @@ class RunnerConfig:
         load_timeout: seconds a module may take to import and run its factory.
         max_frame_bytes: the largest protocol message accepted either way.
         env: the workers' environment; default: the host's.
-        discover_sources: False loads only ``tool_paths`` (no .xcsh, Claude,
-            Codex, plugin sources).
+        discover_sources: True reads every source of discovery (``.xcsh``,
+            Claude, Claude marketplace plugins, Codex, installed plugins) and
+            then ``tool_paths``; False loads only ``tool_paths``. None (the
+            default): discovery when ``tool_paths`` is empty, else only
+            ``tool_paths``. Pass False to load exactly a list that may be empty.
         cache: remember what unchanged modules define, so they are not imported
             again on the next run (see ``runner._cache``).
         cache_dir: where; default ``$XDG_CACHE_HOME/xcsh-run`` or ``~/.cache/xcsh-run``.
@@ -118,7 +121,7 @@ class RunnerConfig:
     load_timeout: float = DEFAULT_LOAD_TIMEOUT
     max_frame_bytes: int = p.DEFAULT_MAX_FRAME_BYTES
     env: Mapping[str, str] | None = None
-    discover_sources: bool = True
+    discover_sources: bool | None = None
     cache: bool = True
     cache_dir: str | None = None
     home: str | None = None

@@ -26,7 +26,9 @@ async def discover_and_load_custom_tools(
     The workers are stopped before this returns; use :func:`open_runner` to
     keep them for calls. ``options`` are those of :func:`open_runner`.
     """
-    async with open_runner(configured_paths, cwd=cwd, builtin_tool_names=builtin_tool_names, **options) as runner:
+    async with open_runner(
+        configured_paths, cwd=cwd, builtin_tool_names=builtin_tool_names, discover_sources=True, **options
+    ) as runner:
         return CustomToolsLoadResult(tools=runner.tools, errors=runner.errors)
 
 

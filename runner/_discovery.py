@@ -5,15 +5,19 @@ a module and calling its factory always happen in a worker (see ``_host``).
 
 Sources, in precedence order (SPEC §3):
 
-1. native: ``<cwd>/.xcsh/tools``, then ``~/.xcsh/agent/tools``
-2. Claude: ``~/.claude/tools``, then ``<cwd>/.claude/tools``
+1. native: ``<root>/.xcsh/tools``, then ``~/.xcsh/agent/tools``
+2. Claude: ``~/.claude/tools``, then ``<root>/.claude/tools``
 3. Claude marketplace plugins: ``<installPath>/tools`` of each enabled plugin,
    from the project registry first, then ``~/.claude/plugins/installed_plugins.json``
    with entries replaced per plugin id by ``~/.xcsh/plugins/installed_plugins.json``
-4. Codex: ``~/.codex/tools``, then ``<cwd>/.codex/tools``
+4. Codex: ``~/.codex/tools``, then ``<root>/.codex/tools``
 5. installed plugin packages: entry points in the group ``xcsh.tools``, in the
    host's environment and in the plugin prefix ``~/.xcsh/plugins``
 6. configured paths (CLI ``--tools``, API ``tool_paths``), relative to ``cwd``
+
+``<root>`` is the project root (:func:`project_root`): the nearest folder
+from ``cwd`` up with ``.xcsh/``, else with ``.git``, else ``cwd`` itself, the
+way git and uv find theirs.
 
 Rules:
 
@@ -148,22 +152,55 @@ def _read_registry(path: Path, warnings: list[str]) -> dict[str, list[dict[str, 
     return out
 
 
-def _project_registry(cwd: Path, home: Path) -> Path | None:
-    """The nearest ancestor of ``cwd`` (up to home) with ``.xcsh/``, else with ``.git``."""
-    ancestors: list[Path] = []
-    for folder in (cwd, *cwd.parents):
-        ancestors.append(folder)
-        if folder == home:
+def find_project_root(cwd: Path, home: Path) -> Path | None:
+    """The nearest folder from ``cwd`` up with a ``.xcsh/`` folder, else with ``.git``; None if neither.
+
+    The walk stops below ``home`` (HOME's own ``.xcsh`` holds the user's
+    tools and plugin registry, never a project's, and HOME is not a project
+    even with a ``.git`` of dotfiles), at the filesystem root, and, as git's
+    does, where the parent is on another filesystem (a mount point).
+    """
+    try:
+        home_stat = os.stat(home)
+        home_id = (home_stat.st_dev, home_stat.st_ino)
+    except OSError:
+        home_id = None  # no HOME on disk: nothing to stop below
+    cwd = Path(os.path.abspath(cwd))
+    try:
+        here = os.stat(cwd)
+    except OSError:
+        return None
+    folder, git = cwd, None
+    while (here.st_dev, here.st_ino) != home_id:
+        if (folder / ".xcsh").is_dir():
+            return folder
+        if git is None and (folder / ".git").exists():  # a file in worktrees and submodules
+            git = folder
+        parent = folder.parent
+        try:
+            above = os.stat(parent)
+        except OSError:
             break
-    for marker in (".xcsh", ".git"):
-        for folder in ancestors:
-            if (folder / marker).exists():
-                return folder / ".xcsh" / "plugins" / "installed_plugins.json"
-    return None
+        if parent == folder or above.st_dev != here.st_dev:
+            break
+        folder, here = parent, above
+    return git
 
 
-def plugin_roots(cwd: Path, home: Path, warnings: list[str]) -> list[tuple[str, Path, str]]:
-    """``(plugin id, install path, level)`` of every enabled marketplace plugin, in precedence order."""
+def project_root(cwd: str | os.PathLike[str], home: str | os.PathLike[str] | None = None) -> str:
+    """The folder whose ``.xcsh/tools``, ``.claude/tools`` and ``.codex/tools`` are the project's sources.
+
+    :func:`find_project_root` from ``cwd`` (``home`` defaults to ``$HOME``), else ``cwd`` itself.
+    """
+    home_path = Path(home if home is not None else os.path.expanduser("~"))
+    return str(find_project_root(Path(cwd), home_path) or Path(cwd))
+
+
+def plugin_roots(project: Path | None, home: Path, warnings: list[str]) -> list[tuple[str, Path, str]]:
+    """``(plugin id, install path, level)`` of every enabled marketplace plugin, in precedence order.
+
+    ``project`` is the root :func:`find_project_root` found (None: no project registry).
+    """
     roots: list[tuple[str, Path, str]] = []
     seen_ids: set[str] = set()
 
@@ -186,9 +223,9 @@ def plugin_roots(cwd: Path, home: Path, warnings: list[str]) -> list[tuple[str, 
                 scope = level or ("project" if entry.get("scope") == "project" else "user")
                 roots.append((plugin_id, Path(install), scope))
 
-    project = _project_registry(cwd, home)
     if project is not None:
-        add(_read_registry(project, warnings), "project", project)
+        registry = project / ".xcsh" / "plugins" / "installed_plugins.json"
+        add(_read_registry(registry, warnings), "project", registry)
     claude = home / ".claude" / "plugins" / "installed_plugins.json"
     ours = home / ".xcsh" / "plugins" / "installed_plugins.json"
     # Ours is authoritative: it replaces Claude's entries plugin by plugin.
@@ -316,7 +353,6 @@ def walk(
     (the tool it wants is settled) never lists, parses or scans what comes after.
     """
     home_path = Path(home if home is not None else os.path.expanduser("~"))
-    cwd_path = Path(cwd)
     seen: set[str] = set()
     names: dict[str, str] = {}
 
@@ -336,9 +372,9 @@ def walk(
             yield candidate
 
     if include_sources:
-        yield from place(
-            modules_in(cwd_path / ".xcsh" / "tools"), ToolSource("native", "xcsh", "project"), by_name=True
-        )
+        found_root = find_project_root(Path(cwd), home_path)
+        root = found_root or Path(cwd)
+        yield from place(modules_in(root / ".xcsh" / "tools"), ToolSource("native", "xcsh", "project"), by_name=True)
         yield from place(
             modules_in(home_path / ".xcsh" / "agent" / "tools"), ToolSource("native", "xcsh", "user"), by_name=True
         )
@@ -346,16 +382,14 @@ def walk(
             modules_in(home_path / ".claude" / "tools"), ToolSource("claude", "Claude", "user"), by_name=True
         )
         yield from place(
-            modules_in(cwd_path / ".claude" / "tools"), ToolSource("claude", "Claude", "project"), by_name=True
+            modules_in(root / ".claude" / "tools"), ToolSource("claude", "Claude", "project"), by_name=True
         )
-        for plugin_id, install, level in plugin_roots(cwd_path, home_path, warnings):
+        for plugin_id, install, level in plugin_roots(found_root, home_path, warnings):
             yield from place(
                 modules_in(install / "tools"), ToolSource("claude-plugins", plugin_id, level), by_name=True
             )
         yield from place(modules_in(home_path / ".codex" / "tools"), ToolSource("codex", "Codex", "user"), by_name=True)
-        yield from place(
-            modules_in(cwd_path / ".codex" / "tools"), ToolSource("codex", "Codex", "project"), by_name=True
-        )
+        yield from place(modules_in(root / ".codex" / "tools"), ToolSource("codex", "Codex", "project"), by_name=True)
         for candidate in cached_entry_point_candidates(home_path, warnings, cache_dir):
             if candidate.resolved not in seen:
                 seen.add(candidate.resolved)
@@ -382,8 +416,8 @@ def discover(
     """Every candidate in precedence order, each resolved file once, plus shadowed modules.
 
     Args:
-        configured_paths: explicit files or folders (source 6).
-        cwd: the project directory.
+        configured_paths: explicit files or folders (source 6), relative to ``cwd``.
+        cwd: the current directory; the project's sources are under its :func:`project_root`.
         home: the user's home (default: ``$HOME``).
         include_sources: False searches only ``configured_paths`` (``load_custom_tools``).
         cache_dir: where the scan of installed entry points is remembered (None: scan every time).

@@ -22,7 +22,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
 
-import msgspec
 import trio
 
 from worker import _contain
@@ -57,31 +56,12 @@ from ._registry import LoadError as LoadError
 from ._registry import ToolInfo as ToolInfo
 from ._results import ErrorKind, ToolResult, error_result
 from ._sandbox import Probe, SandboxPolicy, check, probe
+from ._statistics import RunnerStatistics as RunnerStatistics
 from ._workdir import sweep_stale_workdirs
 
 # How long aclose waits for spare refills and the reaper to stop once
 # cancelled: each of their own waits is bounded well below this.
 _HOUSEKEEPING_BOUND: Final = 15.0
-
-
-class RunnerStatistics(msgspec.Struct, frozen=True):
-    """A snapshot of the runner's workers and calls."""
-
-    idle_workers: int
-    busy_workers: int
-    starting_workers: int
-    running_calls: int
-    queued_calls: int
-    spare_workers: int
-    workers_started: int
-    reliable_boundary: bool
-    pinned_workers: int = 0
-    """Workers kept alive because they hold a pending action (a preview waiting for ``resolve``)."""
-    teardown_overruns: int = 0
-    """Bounded teardown waits that expired (a worker not reaped after SIGKILL, a cgroup or
-    workdir that could not be removed); each one is also logged. 0 on a healthy host."""
-    workers_forked: int = 0
-    """Of ``workers_started``, those forked by the fork server (``forkserver=True``) rather than started anew."""
 
 
 class Runner:
@@ -145,6 +125,15 @@ class Runner:
         """The project directory (absolute), which tools see as ``api.cwd``."""
         assert self.config.cwd is not None
         return self.config.cwd
+
+    @property
+    def project_root(self) -> str:
+        """The project root, whose ``.xcsh/tools``, ``.claude/tools`` and ``.codex/tools`` are read.
+
+        The nearest folder from ``cwd`` up with ``.xcsh/``, else with ``.git``,
+        else ``cwd`` itself; tools still see ``cwd`` as ``api.cwd``.
+        """
+        return self._registry.project_root
 
     @property
     def sandbox(self) -> SandboxPolicy:
@@ -394,7 +383,7 @@ async def open_runner(
     load_timeout: float = DEFAULT_LOAD_TIMEOUT,
     max_frame_bytes: int = p.DEFAULT_MAX_FRAME_BYTES,
     env: Mapping[str, str] | None = None,
-    discover_sources: bool = True,
+    discover_sources: bool | None = None,
     cache: bool = True,
     cache_dir: str | os.PathLike[str] | None = None,
     home: str | os.PathLike[str] | None = None,
@@ -413,8 +402,10 @@ async def open_runner(
     """Discover tools and own their workers for the duration of the block.
 
     Args:
-        tool_paths: extra tool files or folders (like the CLI's ``--tools``),
-            relative to ``cwd``; they come after every discovered source.
+        tool_paths: tool files or folders (like the CLI's ``--tools``), relative
+            to ``cwd``. Given paths are all that is loaded, unless
+            ``discover_sources=True`` adds the six sources of discovery (they
+            then come first); with no paths, discovery is the default.
         **options: every field of :class:`RunnerConfig`, which documents them
             (``cwd``, ``default_timeout``, ``grace``, ``load_timeout``, ``sandbox``,
             ``max_workers``, ``spare_workers``, ``wanted_tool``, ...).
@@ -494,7 +485,8 @@ async def open_runner(
         )
         try:
             await runner._start_housekeeping(nursery)
-            await runner.load(tool_paths, discover_sources=config.discover_sources, wanted_tool=config.wanted_tool)
+            discover = config.discover_sources if config.discover_sources is not None else not tool_paths
+            await runner.load(tool_paths, discover_sources=discover, wanted_tool=config.wanted_tool)
             yield runner
         finally:
             await runner.aclose()  # stops the housekeeping tasks first, and waits for them

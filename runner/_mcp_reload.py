@@ -192,7 +192,7 @@ class Runners:
         return loaded
 
     async def _run_generation(self, *, task_status: trio.TaskStatus[Generation] = trio.TASK_STATUS_IGNORED) -> None:
-        async with open_runner(self._paths, **self._options) as runner:
+        async with open_runner(self._paths, discover_sources=True, **self._options) as runner:
             if self._prepare is not None:
                 self._prepare(runner)
             generation = Generation(runner)

@@ -9,7 +9,6 @@ to the pool's idle lists, ready for the first call of that module.
 
 from __future__ import annotations
 
-import difflib
 import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -22,13 +21,14 @@ from worker import _protocol as p
 
 from ._cache import CachedLoad, ModuleCache, fingerprint
 from ._config import RunnerConfig
-from ._discovery import Candidate, Discovery, Shadowed, ToolSource, collect, walk
+from ._discovery import Candidate, Discovery, Shadowed, ToolSource, collect, project_root, walk
 from ._errors import ConfigError, RemoteProtocolError, WorkerDied, WorkerError, WorkerStartupError, describe_exit
 from ._faults import fault_point
 from ._pool import Slot, WorkerPool
 from ._proc import RemoteError
-from ._results import ErrorKind, ToolResult, error_result
+from ._results import ToolResult
 from ._sandbox import SandboxPolicy
+from ._unknown_tool import unknown_tool
 from ._validate import ArgumentValidator, SchemaProblem
 from ._version import __version__
 from ._worker_api import PoolWorker
@@ -118,6 +118,9 @@ class ToolRegistry:
         self._builtins = config.builtin_tool_names
         self.tools: dict[str, ToolInfo] = {}
         self.errors: list[LoadError] = []
+        # Of `errors`, the modules, factory entries and schemas that failed (not conflicts, not shadowing).
+        self.failures: list[LoadError] = []
+        self.project_root = config.cwd  # until load() has looked for it
         self.candidates: dict[str, Candidate] = {}
 
     @property
@@ -129,6 +132,7 @@ class ToolRegistry:
     ) -> None:
         """Discover modules and describe them (see ``Runner.load``)."""
         cache_dir = self._cache.directory.parent if self._cache is not None else None
+        self.project_root = await trio.to_thread.run_sync(project_root, self._cwd, self._config.home)
 
         def walk_sources(warnings: list[str]) -> Iterator[Candidate | Shadowed]:
             return walk(
@@ -166,6 +170,7 @@ class ToolRegistry:
                 break
             infos, errors = outcome
             self.errors.extend(errors)
+            self.failures.extend(errors)
             for info in infos:
                 self._register(info)
         # The hidden built-in `resolve` exists only when some tool can defer its
@@ -400,30 +405,8 @@ class ToolRegistry:
         self._cache.put(candidate, CachedLoad(fingerprint=fp, result=result, schema_errors=schema_errors))
 
     def not_found(self, name: str) -> ToolResult:
-        names = [t.name for t in self.tools.values() if not t.hidden]
-        close = difflib.get_close_matches(name, names, n=3)
-        message = f"no tool named {name!r}"
-        if close:
-            message += "; did you mean " + " or ".join(repr(c) for c in close) + "?"
-        elif names:
-            message += f"; known tools: {', '.join(sorted(names))}"
-        else:
-            message += "; no tools are loaded (put modules in .xcsh/tools or pass --tools PATH)"
-        if self.errors:
-            message += f" ({len(self.errors)} module(s) failed to load; `xcsh-run list` shows why)"
-        return error_result(ErrorKind.NOT_FOUND, message)
-
-
-def _discover(walk_sources: Callable[[list[str]], Iterator[Candidate | Shadowed]]) -> Discovery:
-    warnings: list[str] = []
-    candidates: list[Candidate] = []
-    shadowed: list[Shadowed] = []
-    for found in walk_sources(warnings):
-        if isinstance(found, Shadowed):
-            shadowed.append(found)
-        else:
-            candidates.append(found)
-    return Discovery(candidates=candidates, shadowed=shadowed, warnings=warnings)
+        """The result of calling ``name``, which no loaded tool has: ``load_error`` if a failed module may define it."""
+        return unknown_tool(name, (t.name for t in self.tools.values() if not t.hidden), self.failures)
 
 
 def _metadata_file(candidate: Candidate) -> _Outcome | None:
