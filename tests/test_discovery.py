@@ -450,7 +450,7 @@ def entry_point_scans(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 async def picked(project: Path, name: str, *paths: Path) -> tuple[str | None, int]:
     """The module a runner opened for ``name`` calls it from, and how many workers it started."""
-    async with make_runner(*paths, cwd=project, wanted_tool=name) as runner:
+    async with make_runner(*paths, cwd=project, wanted_tool=name, discover_sources=True) as runner:
         info = runner.get_tool(name)
         return (info.module if info is not None else None), runner.statistics().workers_started
 
@@ -464,7 +464,7 @@ async def test_a_cache_settled_run_picks_what_a_full_load_picks(
     write_tool(home / ".xcsh" / "agent" / "tools", "conflicting", "codex_user", "only_here")  # wins over Codex
     configured = write_tool(tmp_path / "configured", "configured", "configured_tool")
     with trio.fail_after(120):
-        async with make_runner(configured, cwd=project) as runner:
+        async with make_runner(configured, cwd=project, discover_sources=True) as runner:
             full = {t.name: t.module for t in runner.tools}
         assert entry_point_scans == ["scan"]
         assert full["codex_user"].endswith("/conflicting.py") and "shadowed_name" not in full
