@@ -59,7 +59,8 @@ class RunnerConfig:
     ConfigError on construction for any value out of range.
 
     Attributes:
-        cwd: the project directory, which tools see as ``api.cwd``; default: the current one.
+        cwd: the directory tools see as ``api.cwd``; default: the current one. The
+            project's sources are read from its project root (``Runner.project_root``).
         builtin_tool_names: names tools may not take.
         default_timeout: seconds a call may take when neither the call nor its policy's
             ``wall_seconds`` says; a tool's own timeout may only shorten it.

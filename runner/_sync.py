@@ -389,9 +389,10 @@ def run_tool_sync(
     timeout: float | None = None,
     **runner_options: Any,
 ) -> ToolResult:
-    """Discover tools, run one call and stop every worker; blocks the calling thread.
+    """Load tools, run one call and stop every worker; blocks the calling thread.
 
-    ``runner_options`` are those of :func:`open_runner`. The result is the
+    ``runner_options`` are those of :func:`open_runner` (``tool_paths`` alone
+    when given, unless ``discover_sources=True``). The result is the
     call's single terminal result; nothing is left running when this returns.
     """
 
