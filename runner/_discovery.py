@@ -37,7 +37,7 @@ import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import msgspec
 
@@ -152,7 +152,14 @@ def _read_registry(path: Path, warnings: list[str]) -> dict[str, list[dict[str, 
     return out
 
 
-def find_project_root(cwd: Path, home: Path) -> Path | None:
+class ProjectRoot(NamedTuple):
+    """The project root (see :func:`locate_project`) and whether a marker (``.xcsh/`` or ``.git``) found it."""
+
+    path: Path
+    marked: bool
+
+
+def find_project_root(cwd: str | os.PathLike[str], home: str | os.PathLike[str]) -> Path | None:
     """The nearest folder from ``cwd`` up with a ``.xcsh/`` folder, else with ``.git``; None if neither.
 
     The walk stops below ``home`` (HOME's own ``.xcsh`` holds the user's
@@ -160,23 +167,24 @@ def find_project_root(cwd: Path, home: Path) -> Path | None:
     even with a ``.git`` of dotfiles), at the filesystem root, and, as git's
     does, where the parent is on another filesystem (a mount point).
     """
+    home_id: tuple[int, int] | None
     try:
         home_stat = os.stat(home)
         home_id = (home_stat.st_dev, home_stat.st_ino)
     except OSError:
         home_id = None  # no HOME on disk: nothing to stop below
-    cwd = Path(os.path.abspath(cwd))
+    folder = os.path.abspath(cwd)
     try:
-        here = os.stat(cwd)
+        here = os.stat(folder)
     except OSError:
         return None
-    folder, git = cwd, None
+    git = None
     while (here.st_dev, here.st_ino) != home_id:
-        if (folder / ".xcsh").is_dir():
-            return folder
-        if git is None and (folder / ".git").exists():  # a file in worktrees and submodules
+        if os.path.isdir(os.path.join(folder, ".xcsh")):
+            return Path(folder)
+        if git is None and os.path.exists(os.path.join(folder, ".git")):  # a file in worktrees and submodules
             git = folder
-        parent = folder.parent
+        parent = os.path.dirname(folder)
         try:
             above = os.stat(parent)
         except OSError:
@@ -184,22 +192,27 @@ def find_project_root(cwd: Path, home: Path) -> Path | None:
         if parent == folder or above.st_dev != here.st_dev:
             break
         folder, here = parent, above
-    return git
+    return Path(git) if git is not None else None
 
 
-def project_root(cwd: str | os.PathLike[str], home: str | os.PathLike[str] | None = None) -> str:
-    """The folder whose ``.xcsh/tools``, ``.claude/tools`` and ``.codex/tools`` are the project's sources.
+def locate_project(cwd: str | os.PathLike[str], home: str | os.PathLike[str] | None = None) -> ProjectRoot:
+    """Where the project's ``.xcsh/tools``, ``.claude/tools`` and ``.codex/tools`` are read from.
 
     :func:`find_project_root` from ``cwd`` (``home`` defaults to ``$HOME``), else ``cwd`` itself.
     """
-    home_path = Path(home if home is not None else os.path.expanduser("~"))
-    return str(find_project_root(Path(cwd), home_path) or Path(cwd))
+    found = find_project_root(cwd, home if home is not None else os.path.expanduser("~"))
+    return ProjectRoot(found, True) if found is not None else ProjectRoot(Path(os.path.abspath(cwd)), False)
+
+
+def project_root(cwd: str | os.PathLike[str], home: str | os.PathLike[str] | None = None) -> str:
+    """The project root as a string (see :func:`locate_project`)."""
+    return str(locate_project(cwd, home).path)
 
 
 def plugin_roots(project: Path | None, home: Path, warnings: list[str]) -> list[tuple[str, Path, str]]:
     """``(plugin id, install path, level)`` of every enabled marketplace plugin, in precedence order.
 
-    ``project`` is the root :func:`find_project_root` found (None: no project registry).
+    ``project`` is the root a marker found (None: no project registry).
     """
     roots: list[tuple[str, Path, str]] = []
     seen_ids: set[str] = set()
@@ -346,11 +359,13 @@ def walk(
     home: str | None = None,
     include_sources: bool = True,
     cache_dir: Path | None = None,
+    root: ProjectRoot | None = None,
 ) -> Iterator[Candidate | Shadowed]:
     """:func:`discover`, one module at a time, in precedence order; ``warnings`` grows as sources are read.
 
     A source is read only when the walk reaches it: a caller that stops early
     (the tool it wants is settled) never lists, parses or scans what comes after.
+    ``root``: the project root, if the caller has located it already.
     """
     home_path = Path(home if home is not None else os.path.expanduser("~"))
     seen: set[str] = set()
@@ -372,9 +387,10 @@ def walk(
             yield candidate
 
     if include_sources:
-        found_root = find_project_root(Path(cwd), home_path)
-        root = found_root or Path(cwd)
-        yield from place(modules_in(root / ".xcsh" / "tools"), ToolSource("native", "xcsh", "project"), by_name=True)
+        project = root if root is not None else locate_project(cwd, home_path)
+        yield from place(
+            modules_in(project.path / ".xcsh" / "tools"), ToolSource("native", "xcsh", "project"), by_name=True
+        )
         yield from place(
             modules_in(home_path / ".xcsh" / "agent" / "tools"), ToolSource("native", "xcsh", "user"), by_name=True
         )
@@ -382,14 +398,16 @@ def walk(
             modules_in(home_path / ".claude" / "tools"), ToolSource("claude", "Claude", "user"), by_name=True
         )
         yield from place(
-            modules_in(root / ".claude" / "tools"), ToolSource("claude", "Claude", "project"), by_name=True
+            modules_in(project.path / ".claude" / "tools"), ToolSource("claude", "Claude", "project"), by_name=True
         )
-        for plugin_id, install, level in plugin_roots(found_root, home_path, warnings):
+        for plugin_id, install, level in plugin_roots(project.path if project.marked else None, home_path, warnings):
             yield from place(
                 modules_in(install / "tools"), ToolSource("claude-plugins", plugin_id, level), by_name=True
             )
         yield from place(modules_in(home_path / ".codex" / "tools"), ToolSource("codex", "Codex", "user"), by_name=True)
-        yield from place(modules_in(root / ".codex" / "tools"), ToolSource("codex", "Codex", "project"), by_name=True)
+        yield from place(
+            modules_in(project.path / ".codex" / "tools"), ToolSource("codex", "Codex", "project"), by_name=True
+        )
         for candidate in cached_entry_point_candidates(home_path, warnings, cache_dir):
             if candidate.resolved not in seen:
                 seen.add(candidate.resolved)

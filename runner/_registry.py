@@ -21,7 +21,7 @@ from worker import _protocol as p
 
 from ._cache import CachedLoad, ModuleCache, fingerprint
 from ._config import RunnerConfig
-from ._discovery import Candidate, Discovery, Shadowed, ToolSource, collect, project_root, walk
+from ._discovery import Candidate, Discovery, Shadowed, ToolSource, collect, locate_project, walk
 from ._errors import ConfigError, RemoteProtocolError, WorkerDied, WorkerError, WorkerStartupError, describe_exit
 from ._faults import fault_point
 from ._pool import Slot, WorkerPool
@@ -132,12 +132,13 @@ class ToolRegistry:
     ) -> None:
         """Discover modules and describe them (see ``Runner.load``)."""
         cache_dir = self._cache.directory.parent if self._cache is not None else None
-        self.project_root = await trio.to_thread.run_sync(project_root, self._cwd, self._config.home)
+        root = await trio.to_thread.run_sync(locate_project, self._cwd, self._config.home)
+        self.project_root = str(root.path)
 
         def walk_sources(warnings: list[str]) -> Iterator[Candidate | Shadowed]:
             return walk(
                 configured_paths, self._cwd, warnings, home=self._config.home, include_sources=discover_sources,
-                cache_dir=cache_dir,
+                cache_dir=cache_dir, root=root,
             )  # fmt: skip
 
         def discover_all() -> Discovery:
