@@ -63,12 +63,13 @@ HELP = """Run LLM-agent custom tools in isolated, killable worker processes.
 
 \b
 Tools are found, in this order of precedence, in:
-  ./.xcsh/tools, ~/.xcsh/agent/tools          (native: project, then user)
-  ~/.claude/tools, ./.claude/tools            (Claude: user, then project)
+  <root>/.xcsh/tools, ~/.xcsh/agent/tools     (native: project, then user)
+  ~/.claude/tools, <root>/.claude/tools       (Claude: user, then project)
   <installPath>/tools of Claude marketplace plugins (installed_plugins.json registries)
-  ~/.codex/tools, ./.codex/tools              (Codex: user, then project)
+  ~/.codex/tools, <root>/.codex/tools         (Codex: user, then project)
   installed packages with `xcsh.tools` entry points (here, and in ~/.xcsh/plugins)
   every --tools PATH
+<root> is the nearest folder up from here with .xcsh/, else with .git, else here (`xcsh-run list` shows it).
 What each module defines is cached in ~/.cache/xcsh-run, so unchanged modules are not imported again.
 
 \b

@@ -94,7 +94,7 @@ class Session(Protocol):
 
 
 class ToolServer:
-    """The tools of ``tool_paths`` (and ``<cwd>/.xcsh/tools``), for every session.
+    """The discovered tools and those of ``tool_paths`` (as ``xcsh-run serve``), for every session.
 
     Args:
         tool_paths: tool files or folders, like the CLI's ``--tools``.
