@@ -415,8 +415,8 @@ async def open_runner(
     Args:
         tool_paths: extra tool files or folders (like the CLI's ``--tools``),
             relative to ``cwd``; they come after every discovered source.
-        **options: every field of :class:`RunnerConfig`, which documents them
-            (``cwd``, ``default_timeout``, ``grace``, ``load_timeout``, ``sandbox``,
+        cwd: and every other keyword: a field of `RunnerConfig`, which documents
+            them all (``default_timeout``, ``grace``, ``load_timeout``, ``sandbox``,
             ``max_workers``, ``spare_workers``, ``wanted_tool``, ...).
         config: the same options as one :class:`RunnerConfig`, instead of the
             keywords (which must then be left at their defaults).

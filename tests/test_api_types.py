@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from .conftest import make_runner
+from .conftest import XCSH_RUN, make_runner
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,7 +61,7 @@ def test_the_public_types_import_from_worker_pi() -> None:
     from worker._api import ToolAPI as RealAPI
     from worker._ctx import Ctx
     from worker._exec import ExecResult as RealResult
-    from worker._ui import HostUI
+    from worker._ui import UI as HostUI
     from worker.pi import UI, AbortSignal, ExecResult, ToolAPI, ToolContext
 
     assert (ToolAPI, UI, ToolContext, ExecResult) == (RealAPI, HostUI, Ctx, RealResult)
@@ -131,3 +131,43 @@ def test_mypy_accepts_a_typed_tool_module_and_rejects_a_misuse(tmp_path: Path) -
     assert bad.returncode == 1
     assert '"ToolAPI" has no attribute "cwdd"' in bad.stdout, bad.stdout
     assert 'Argument "timeout" to "exec_sync" of "ToolAPI" has incompatible type "str"' in bad.stdout, bad.stdout
+
+
+def _page_text(path: Path) -> str:
+    import html
+    import re
+
+    return html.unescape(re.sub(r"<[^>]+>", "", path.read_text()))
+
+
+@pytest.mark.slow
+def test_the_reference_builds_strict_and_documents_the_api_and_the_cli(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    command = [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-f", str(ROOT / "mkdocs.yml")]
+    build = subprocess.run([*command, "-d", str(site)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert build.returncode == 0, build.stderr
+    authoring = " ".join(_page_text(site / "reference" / "authoring.html").split())
+    assert "select(title: str, options: Sequence[str])" in authoring
+    assert "Ask the user to pick one of options" in authoring
+    assert "timeout: float | None = None" in authoring  # CustomTool's signature
+    assert "this tool's own limit for a call, in seconds" in authoring  # and its field's description
+    assert '"exclusive": at most one call of this tool runs at a time' in authoring
+    assert "The factory contract" in authoring and "a list or tuple of them" in authoring
+    runners = " ".join(_page_text(site / "reference" / "runners.html").split())
+    for parameter in ("tool_paths", "cwd", "max_workers", "spare_workers", "queue_timeout", "sandbox"):
+        assert f"{parameter}:" in runners, parameter  # open_runner's signature
+    for face in ("BlockingRunner", "AsyncioRunner", "open_asyncio_runner", "run_tool_sync", "RunnerConfig"):
+        assert face in runners, face
+
+    # The CLI page is what the CLI prints, command by command.
+    cli = _page_text(site / "reference" / "cli.html")
+    env = {**os.environ, "COLUMNS": "100", "TERM": "dumb", "NO_COLOR": "1"}
+    top = subprocess.run([XCSH_RUN, "--help"], capture_output=True, text=True, env=env, timeout=60, check=True).stdout
+    assert top in cli
+    commands = [line.split()[0] for line in top.split("Commands:", 1)[1].splitlines() if line.startswith("  ")]
+    assert {"run", "list", "describe", "serve", "fuzz"} <= set(commands)
+    for command in commands:
+        text = subprocess.run(
+            [XCSH_RUN, command, "--help"], capture_output=True, text=True, env=env, timeout=60, check=True
+        ).stdout
+        assert f"xcsh-run {command}" in cli and text in cli, command

@@ -22,7 +22,7 @@ from . import _methods as m
 from ._exec import ExecResult, exec_async, exec_sync
 from ._hostlink import HostLink as HostLink
 from ._signal import AbortSignal
-from ._ui import HostUI, loop_running, ready
+from ._ui import UI, loop_running, ready
 
 LOG_RECORDS_PER_CALL: Final = 1000
 LOG_CHARS_PER_CALL: Final = 256 * 1024
@@ -124,7 +124,7 @@ class ToolAPI:
         self._link = link
         self.has_ui = has_ui
         """True when the host has a UI attached: `ui` asks a user then, instead of answering with empty values."""
-        self.ui: HostUI = HostUI(self)
+        self.ui: UI = UI(self)
         """The user's interface (see `UI`)."""
         self.msgspec: ModuleType = msgspec
         """The msgspec module, for ``parameters`` Structs without an import."""

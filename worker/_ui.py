@@ -1,4 +1,4 @@
-"""``api.ui`` (:class:`HostUI`) and the dual sync/async calling convention of the api object.
+"""``api.ui`` (:class:`UI`) and the dual sync/async calling convention of the api object.
 
 Methods that answer something are usable from sync and async tools alike:
 inside a running asyncio loop they return an awaitable, elsewhere they block
@@ -28,7 +28,7 @@ def loop_running() -> bool:
     return True
 
 
-class _Done:
+class Done:
     """The return value of fire-and-forget methods: falsy, and awaitable to None."""
 
     __slots__ = ()
@@ -44,7 +44,7 @@ class _Done:
         return "DONE"
 
 
-DONE: Final = _Done()
+DONE: Final = Done()
 
 
 class _Owner(Protocol):
@@ -88,7 +88,7 @@ class NoOpUI:
 _NO_UI: Final = NoOpUI()
 
 
-class HostUI:
+class UI:
     """``api.ui``: the user's interface, answered by the host (``worker.pi.UI`` for annotations).
 
     Each method is a request to the host's UI: a terminal prompt under the
@@ -130,7 +130,7 @@ class HostUI:
             return link.request_async(m.UI, params)
         return link.request(m.UI, params)
 
-    def _tell(self, method: str, *args: Any) -> _Done:
+    def _tell(self, method: str, *args: Any) -> Done:
         if self._api.has_ui and self._api._link is not None:
             link = self._api._link
             link.notify(m.UI_NOTICE, m.UiParams(call_id=link.call_id, method=method, args=list(args)))
@@ -214,7 +214,7 @@ class HostUI:
         """
         return self._ask("elicit", message, dict(schema))
 
-    def notify(self, message: str, type: str = "info") -> _Done:
+    def notify(self, message: str, type: str = "info") -> Done:
         """Show the user a message, without waiting.
 
         Args:
@@ -223,7 +223,7 @@ class HostUI:
         """
         return self._tell("notify", message, type)
 
-    def set_status(self, key: str, text: str | None) -> _Done:
+    def set_status(self, key: str, text: str | None) -> Done:
         """Set (or, with ``None``, clear) a line of the host's status display, without waiting.
 
         Args:
@@ -232,7 +232,7 @@ class HostUI:
         """
         return self._tell("set_status", key, text)
 
-    def set_editor_text(self, text: str) -> _Done:
+    def set_editor_text(self, text: str) -> Done:
         """Replace the text of the host's input editor, without waiting."""
         return self._tell("set_editor_text", text)
 

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from ._api import ToolAPI as ToolAPI
     from ._ctx import Ctx as ToolContext
     from ._exec import ExecResult as ExecResult
-    from ._ui import HostUI as UI
+    from ._ui import UI as UI
 
 __all__ = [
     "AbortSignal",
@@ -79,7 +79,7 @@ __all__ = [
 # accept any misspelt name of this module.
 _LAZY: dict[str, tuple[str, str]] = {
     "ToolAPI": ("._api", "ToolAPI"),
-    "UI": ("._ui", "HostUI"),
+    "UI": ("._ui", "UI"),
     "ToolContext": ("._ctx", "Ctx"),
     "ExecResult": ("._exec", "ExecResult"),
 }
@@ -200,7 +200,7 @@ class ToolAnnotations(
     ``idempotent_hint=False``, ``open_world_hint=True``. A dict with MCP's
     keys (``{"readOnlyHint": True}``) works too.
 
-    Args:
+    Attributes:
         title: a display name for the tool (clients of MCP 2025-03-26 read it
             from here; newer ones read ``label``, served as the tool's ``title``).
         read_only_hint: the tool does not modify its environment.
@@ -219,7 +219,7 @@ class ToolAnnotations(
 class Icon(msgspec.Struct, frozen=True, omit_defaults=True, rename={"mime_type": "mimeType"}):
     """An icon clients may show next to the tool (MCP 2025-11-25).
 
-    Args:
+    Attributes:
         src: an ``https:`` (or ``http:``) URL, or a ``data:`` URI.
         mime_type: e.g. ``"image/png"``, when ``src`` does not say.
         sizes: e.g. ``["48x48"]``, or ``["any"]`` for a scalable image.
