@@ -22,7 +22,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
 
-import msgspec
 import trio
 
 from worker import _contain
@@ -57,31 +56,12 @@ from ._registry import LoadError as LoadError
 from ._registry import ToolInfo as ToolInfo
 from ._results import ErrorKind, ToolResult, error_result
 from ._sandbox import Probe, SandboxPolicy, check, probe
+from ._statistics import RunnerStatistics as RunnerStatistics
 from ._workdir import sweep_stale_workdirs
 
 # How long aclose waits for spare refills and the reaper to stop once
 # cancelled: each of their own waits is bounded well below this.
 _HOUSEKEEPING_BOUND: Final = 15.0
-
-
-class RunnerStatistics(msgspec.Struct, frozen=True):
-    """A snapshot of the runner's workers and calls."""
-
-    idle_workers: int
-    busy_workers: int
-    starting_workers: int
-    running_calls: int
-    queued_calls: int
-    spare_workers: int
-    workers_started: int
-    reliable_boundary: bool
-    pinned_workers: int = 0
-    """Workers kept alive because they hold a pending action (a preview waiting for ``resolve``)."""
-    teardown_overruns: int = 0
-    """Bounded teardown waits that expired (a worker not reaped after SIGKILL, a cgroup or
-    workdir that could not be removed); each one is also logged. 0 on a healthy host."""
-    workers_forked: int = 0
-    """Of ``workers_started``, those forked by the fork server (``forkserver=True``) rather than started anew."""
 
 
 class Runner:
@@ -148,22 +128,27 @@ class Runner:
 
     @property
     def sandbox(self) -> SandboxPolicy:
+        """The runner's default sandbox policy."""
         return self.config.sandbox
 
     @property
     def default_timeout(self) -> float:
+        """Seconds a call may run when neither the caller, the policy nor the tool gives a timeout."""
         return self.config.default_timeout
 
     @property
     def grace(self) -> float:
+        """Seconds a cancelled worker gets between ``$/cancel`` and the kill."""
         return self.config.grace
 
     @property
     def load_timeout(self) -> float:
+        """Seconds a module may take to load."""
         return self.config.load_timeout
 
     @property
     def max_frame_bytes(self) -> int:
+        """The largest protocol frame either side accepts."""
         return self.config.max_frame_bytes
 
     def policy_for(self, name: str) -> SandboxPolicy:
@@ -188,6 +173,7 @@ class Runner:
         return self._registry.warnings
 
     def get_tool(self, name: str) -> ToolInfo | None:
+        """The loaded tool called ``name``, or None."""
         return self._registry.tools.get(name)
 
     async def load(
@@ -329,6 +315,7 @@ class Runner:
         return self._pool.closed
 
     def statistics(self) -> RunnerStatistics:
+        """A snapshot of the runner's workers and calls."""
         counts = self._pool.counts()
         return RunnerStatistics(
             idle_workers=counts["idle"],

@@ -36,6 +36,7 @@ RANKS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "runner._faults",
             "runner._terminal",
             "runner._startup",
+            "runner._statistics",
         ),
     ),
     (
