@@ -39,16 +39,30 @@ print(json.dumps({"": help_text([]), **{name: help_text([name]) for name in name
 """
 
 
-def help_texts() -> dict[str, str]:
-    """``{"": xcsh-run --help, COMMAND: xcsh-run COMMAND --help, ...}``, in the CLI's order of commands."""
+_pending: subprocess.Popen[str] | None = None
+
+
+def _start() -> subprocess.Popen[str]:
     env = {**os.environ, "COLUMNS": "100", "TERM": "dumb", "NO_COLOR": "1"}
     env.pop("FORCE_COLOR", None)
-    proc = subprocess.run(
-        [sys.executable, "-c", _SCRIPT], capture_output=True, text=True, env=env, timeout=120, check=False
+    return subprocess.Popen(
+        [sys.executable, "-c", _SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
+
+
+def help_texts() -> dict[str, str]:
+    """``{"": xcsh-run --help, COMMAND: xcsh-run COMMAND --help, ...}``, in the CLI's order of commands."""
+    global _pending
+    proc, _pending = _pending or _start(), None
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     if proc.returncode != 0:
-        raise RuntimeError(f"printing xcsh-run's help failed (exit {proc.returncode}): {proc.stderr}")
-    texts: dict[str, str] = json.loads(proc.stdout)
+        raise RuntimeError(f"printing xcsh-run's help failed (exit {proc.returncode}): {err}")
+    texts: dict[str, str] = json.loads(out)
     return texts
 
 
@@ -58,6 +72,13 @@ def render() -> str:
         title = f"xcsh-run {name}" if name else "xcsh-run"
         parts += [f"## {title}", "", "<pre><code>" + html.escape(text) + "</code></pre>", ""]
     return "\n".join(parts)
+
+
+def on_pre_build(config: Any) -> None:
+    # Started now, collected when the CLI page is rendered: the helps are
+    # printed while the API pages are being generated.
+    global _pending
+    _pending = _start()
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
