@@ -72,11 +72,11 @@ __all__ = [
     "UI",
 ]
 
-# The types of ``api``, ``ctx`` and ``api.exec``'s result live with the worker's
-# machinery, which imports this module: they are loaded on first access, so that
-# importing ``worker.pi`` (a tool's own tests, a type checker) stays light and
-# free of the import cycle. Hidden from type checkers, which would otherwise
-# accept any misspelt name of this module.
+# The types of ``api``, ``api.ui``, ``ctx`` and ``api.exec``'s result live with
+# the worker's machinery (the host link, the protocol connection): they are
+# loaded on first access, so that importing ``worker.pi`` alone (a tool's own
+# tests) does not load that machinery. Hidden from type checkers, which would
+# otherwise accept any misspelt name of this module.
 _LAZY: dict[str, tuple[str, str]] = {
     "ToolAPI": ("._api", "ToolAPI"),
     "UI": ("._ui", "UI"),
@@ -95,6 +95,9 @@ if not TYPE_CHECKING:
         value = getattr(importlib.import_module(where[0], __package__), where[1])
         globals()[name] = value
         return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *__all__})
 
 
 Concurrency: TypeAlias = Literal["shared", "exclusive"]
