@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 BENCH_STAMP := $(VENV)/.bench-installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: setup run test stress check lint fuzz bench conformance clean
+.PHONY: setup run test stress check docs lint fuzz bench conformance clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "xcsh-run needs Python 3.11+, found " + sys.version.split()[0]'
@@ -25,8 +25,8 @@ setup: $(STAMP)
 run: $(STAMP)
 	$(BIN)/xcsh-run repo_stats --args '{"glob":"*.py"}'
 
-## Lint, type-check, then every test (the fuzz suite's quick profile included).
-test: check
+## Lint, type-check, build the reference docs, then every test (the fuzz suite's quick profile included).
+test: check docs
 	$(BIN)/python -m pytest
 
 ## The load, sweep, fault and stress tests (marker `stress`) in their long versions (`make test` runs them
@@ -39,6 +39,11 @@ check: $(STAMP)
 	$(BIN)/ruff format --check runner worker tests fuzz examples bench
 	$(BIN)/ruff check runner worker tests fuzz examples bench
 	$(BIN)/mypy
+
+## The reference (authoring API, runners, CLI) generated from the docstrings and the CLI's --help, into
+## .cache/site (open .cache/site/index.html); --strict turns every docstring or link warning into a failure.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --quiet
 
 lint: $(STAMP)
 	$(BIN)/ruff format runner worker tests fuzz examples

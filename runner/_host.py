@@ -137,22 +137,27 @@ class Runner:
 
     @property
     def sandbox(self) -> SandboxPolicy:
+        """The runner's default sandbox policy."""
         return self.config.sandbox
 
     @property
     def default_timeout(self) -> float:
+        """Seconds a call may run when neither the caller, the policy nor the tool gives a timeout."""
         return self.config.default_timeout
 
     @property
     def grace(self) -> float:
+        """Seconds a cancelled worker gets between ``$/cancel`` and the kill."""
         return self.config.grace
 
     @property
     def load_timeout(self) -> float:
+        """Seconds a module may take to load."""
         return self.config.load_timeout
 
     @property
     def max_frame_bytes(self) -> int:
+        """The largest protocol frame either side accepts."""
         return self.config.max_frame_bytes
 
     def policy_for(self, name: str) -> SandboxPolicy:
@@ -177,6 +182,7 @@ class Runner:
         return self._registry.warnings
 
     def get_tool(self, name: str) -> ToolInfo | None:
+        """The loaded tool called ``name``, or None."""
         return self._registry.tools.get(name)
 
     async def load(
@@ -318,6 +324,7 @@ class Runner:
         return self._pool.closed
 
     def statistics(self) -> RunnerStatistics:
+        """A snapshot of the runner's workers and calls."""
         counts = self._pool.counts()
         return RunnerStatistics(
             idle_workers=counts["idle"],
@@ -406,8 +413,8 @@ async def open_runner(
             to ``cwd``. Given paths are all that is loaded, unless
             ``discover_sources=True`` adds the six sources of discovery (they
             then come first); with no paths, discovery is the default.
-        **options: every field of :class:`RunnerConfig`, which documents them
-            (``cwd``, ``default_timeout``, ``grace``, ``load_timeout``, ``sandbox``,
+        cwd: and every other keyword: a field of `RunnerConfig`, which documents
+            them all (``default_timeout``, ``grace``, ``load_timeout``, ``sandbox``,
             ``max_workers``, ``spare_workers``, ``wanted_tool``, ...).
         config: the same options as one :class:`RunnerConfig`, instead of the
             keywords (which must then be left at their defaults).

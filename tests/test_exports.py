@@ -21,14 +21,18 @@ def test_authoring_exports() -> None:
         "AudioContent",
         "CustomTool",
         "EmbeddedResource",
+        "ExecResult",
         "Icon",
         "ImageContent",
         "ResourceContents",
         "ResourceLink",
         "TextContent",
+        "ToolAPI",
         "ToolAnnotations",
         "ToolCancelled",
+        "ToolContext",
         "ToolResult",
+        "UI",
     ]
 
 

@@ -1,36 +1,28 @@
 """The ``api`` object every factory receives (SPEC §2, "The API object").
 
 Everything that reaches the host (UI, logging, ctx.abort, pending actions)
-goes through :class:`HostLink`, which sends worker-to-host requests and
-notifications on the protocol pipe and waits for answers that the worker's
-reader thread routes back. Methods that answer something are usable from sync
-and async tools alike: inside a running asyncio loop they return an awaitable,
-elsewhere they block and return the value. Methods that answer nothing return
-:data:`DONE`, which is ``None``-like and may also be awaited.
+goes through :class:`HostLink` (``_hostlink``); ``api.ui`` and the calling
+convention its methods share with :meth:`ToolAPI.exec` and
+:meth:`ToolAPI.sample` (an awaitable inside a running asyncio loop, the value
+elsewhere) are in ``_ui``.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-import sys
-import threading
 import time
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 import msgspec
 
 from . import _methods as m
-from . import pi as _pi
-from ._channel import Channel
-from ._connection import Connection, ErrorReceived, ResultReceived
 from ._exec import ExecResult, exec_async, exec_sync
-from ._methods import Method, Notice
-
-P = TypeVar("P")
-R = TypeVar("R")
+from ._hostlink import HostLink as HostLink
+from ._signal import AbortSignal
+from ._ui import UI, loop_running, ready
 
 LOG_RECORDS_PER_CALL: Final = 1000
 LOG_CHARS_PER_CALL: Final = 256 * 1024
@@ -39,207 +31,6 @@ LOG_CHARS_PER_CALL: Final = 256 * 1024
 # honest tool gets the exception at its own push.
 PENDING_MAX_BYTES: Final = 1 << 20
 PENDING_PER_WORKER: Final = 16
-
-
-def loop_running() -> bool:
-    """True inside a running asyncio loop on this thread (an ``async def`` tool)."""
-    asyncio = sys.modules.get("asyncio")
-    if asyncio is None:  # a sync tool never pays for importing asyncio
-        return False
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
-
-
-class _Done:
-    """The return value of fire-and-forget methods: falsy, and awaitable to None."""
-
-    __slots__ = ()
-
-    def __bool__(self) -> bool:
-        return False
-
-    def __await__(self) -> Generator[Any, None, None]:
-        return None
-        yield  # pragma: no cover - makes this a generator
-
-    def __repr__(self) -> str:
-        return "DONE"
-
-
-DONE: Final = _Done()
-
-
-class _Waiter:
-    """One request of ours to the host, and the thread blocked on it."""
-
-    __slots__ = ("event", "answer")
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.answer: ResultReceived | ErrorReceived | None = None
-
-
-class HostLink:
-    """Worker-to-host requests and notifications. Thread-safe.
-
-    The Connection owns the request ids and the outstanding table; this only
-    maps an id to the thread waiting for its answer.
-    """
-
-    def __init__(self, channel: Channel, current_call: Callable[[], str | None]) -> None:
-        self._channel = channel
-        self._current_call = current_call
-        self._lock = threading.Lock()
-        self._waiting: dict[int, _Waiter] = {}
-
-    @property
-    def call_id(self) -> str | None:
-        return self._current_call()
-
-    def notify(self, notice: Notice[P], params: P) -> None:
-        self._channel.send(lambda conn: conn.send_notification(notice, params))
-
-    def request(self, method: Method[P, R], params: P) -> R:
-        """Send a request and block until the host answers; returns its decoded result."""
-        waiter = _Waiter()
-        req_id = 0
-
-        def make(conn: Connection) -> bytes:
-            nonlocal req_id
-            req_id, data = conn.send_request(method, params)
-            # Registered before the bytes are written: the answer cannot come earlier.
-            with self._lock:
-                self._waiting[req_id] = waiter
-            return data
-
-        try:
-            self._channel.send(make)
-            waiter.event.wait()
-        finally:
-            with self._lock:
-                self._waiting.pop(req_id, None)
-            if waiter.answer is None and req_id:
-                # Interrupted (a cancelled call): the host's answer, if it comes, is dropped.
-                self._channel.locked(lambda conn: conn.abandon(req_id))
-        answer = waiter.answer
-        if isinstance(answer, ErrorReceived):
-            raise RuntimeError(f"the host refused {method.name}: {answer.error.message}")
-        assert answer is not None
-        result: R = answer.result
-        return result
-
-    async def request_async(self, method: Method[P, R], params: P) -> R:
-        import asyncio
-
-        # A thread waits for the answer so that the event loop stays free.
-        return await asyncio.get_running_loop().run_in_executor(None, self.request, method, params)
-
-    def answer(self, event: ResultReceived | ErrorReceived) -> None:
-        """Route the host's answer to the waiting thread (called by the reader thread)."""
-        with self._lock:
-            waiter = self._waiting.pop(event.id, None)
-        if waiter is not None:
-            waiter.answer = event
-            waiter.event.set()
-
-
-class NoOpUI:
-    """The UI with nothing attached: every method is harmless and returns an empty answer."""
-
-    def select(self, title: str, options: Sequence[str]) -> str | None:
-        return None
-
-    def confirm(self, title: str, message: str) -> bool:
-        return False
-
-    def input(self, title: str, placeholder: str | None = None) -> str | None:
-        return None
-
-    def notify(self, message: str, type: str = "info") -> None:
-        return None
-
-    def set_status(self, key: str, text: str | None) -> None:
-        return None
-
-    def editor(self, title: str, prefill: str | None = None) -> str | None:
-        return None
-
-    def get_editor_text(self) -> str:
-        return ""
-
-    def set_editor_text(self, text: str) -> None:
-        return None
-
-    def elicit(self, message: str, schema: Mapping[str, Any]) -> dict[str, Any]:
-        return {"action": "cancel", "content": None}
-
-
-_NO_UI: Final = NoOpUI()
-
-
-class HostUI:
-    """``api.ui``: each method is a request to the host's UI (a no-op when none is attached)."""
-
-    def __init__(self, api: ToolAPI) -> None:
-        self._api = api
-
-    def _ask(self, method: str, *args: Any) -> Any:
-        if not self._api.has_ui:
-            value = getattr(_NO_UI, method)(*args)
-            if loop_running():
-                return _ready(value)
-            return value
-        link = self._api._link
-        assert link is not None
-        params = m.UiParams(call_id=link.call_id, method=method, args=list(args))
-        if loop_running():
-            return link.request_async(m.UI, params)
-        return link.request(m.UI, params)
-
-    def _tell(self, method: str, *args: Any) -> _Done:
-        if self._api.has_ui and self._api._link is not None:
-            link = self._api._link
-            link.notify(m.UI_NOTICE, m.UiParams(call_id=link.call_id, method=method, args=list(args)))
-        return DONE
-
-    def select(self, title: str, options: Sequence[str]) -> Any:
-        return self._ask("select", title, list(options))
-
-    def confirm(self, title: str, message: str) -> Any:
-        return self._ask("confirm", title, message)
-
-    def input(self, title: str, placeholder: str | None = None) -> Any:
-        return self._ask("input", title, placeholder)
-
-    def editor(self, title: str, prefill: str | None = None) -> Any:
-        return self._ask("editor", title, prefill)
-
-    def get_editor_text(self) -> Any:
-        return self._ask("get_editor_text")
-
-    def elicit(self, message: str, schema: Mapping[str, Any]) -> Any:
-        """Ask the user to fill in a form: ``schema`` is a flat JSON Schema object (MCP elicitation).
-
-        Returns ``{"action": "accept" | "decline" | "cancel", "content": {...} | None}``;
-        ``content`` (the form's values) only with ``accept``. Without a UI: ``cancel``.
-        """
-        return self._ask("elicit", message, dict(schema))
-
-    def notify(self, message: str, type: str = "info") -> _Done:
-        return self._tell("notify", message, type)
-
-    def set_status(self, key: str, text: str | None) -> _Done:
-        return self._tell("set_status", key, text)
-
-    def set_editor_text(self, text: str) -> _Done:
-        return self._tell("set_editor_text", text)
-
-
-async def _ready(value: Any) -> Any:
-    return value
 
 
 def _sampling_message(message: Mapping[str, Any]) -> dict[str, Any]:
@@ -306,18 +97,46 @@ class PendingAction:
 
 
 class ToolAPI:
-    """Given to ``factory(api)``. One instance is shared by all factories in a worker."""
+    """``api``, given to ``factory(api)`` (``worker.pi.ToolAPI`` for annotations).
 
-    def __init__(self, cwd: str, link: HostLink | None = None, has_ui: bool = False) -> None:
+    One instance is shared by every factory of a worker and lives as long as
+    the worker: tools keep it in their closures. It is built by the worker;
+    tools never construct one.
+
+    Example:
+        ```python
+        from worker.pi import CustomTool, ToolAPI
+
+        def factory(api: ToolAPI) -> CustomTool:
+            def execute(tool_call_id, params, on_update, ctx, signal):
+                api.logger.info("listing %s", api.cwd)
+                res = api.exec_sync("ls", ["-1"], cwd=api.cwd, timeout=5, signal=signal)
+                return res.stdout
+
+            return CustomTool(name="ls", description="Lists the project", parameters={"type": "object"},
+                              execute=execute)
+        ```
+    """
+
+    def __init__(self, cwd: str, link: HostLink | None = None, has_ui: bool = False, *, pi: ModuleType) -> None:
         self.cwd = cwd
+        """The project directory (absolute) the host runs for; a tool's working directory is its own workdir."""
         self._link = link
         self.has_ui = has_ui
-        self.ui: Any = HostUI(self)
+        """True when the host has a UI attached: `ui` asks a user then, instead of answering with empty values."""
+        self.ui: UI = UI(self)
+        """The user's interface (see `UI`)."""
         self.msgspec: ModuleType = msgspec
-        self.pi: ModuleType = _pi
+        """The msgspec module, for ``parameters`` Structs without an import."""
+        # Given by the worker, not imported here: worker.pi names this class for annotations.
+        self.pi: ModuleType = pi
+        """The authoring API (``worker.pi``), for `CustomTool` and friends without an import."""
         self.pending_actions: dict[str, PendingAction] = {}
+        """The actions pushed by this worker's tools and not yet resolved, by id (see `push_pending_action`)."""
         self._action_ids = itertools.count(1)
         self.logger = logging.getLogger("xcsh.tool")
+        """A logger whose records reach the host's log (tagged with tool, call id and pid), at most 1000 records
+        or 256 KiB of text per call; never the tool's stderr."""
         self.logger.setLevel(logging.DEBUG)
         self.logger.propagate = False  # to the host only, never to the tool's stderr
         self._log_handler = _HostLogHandler(self)
@@ -337,12 +156,22 @@ class ToolAPI:
     ) -> Any:
         """A completion from the host's model (MCP ``sampling/createMessage``), or None if it has none.
 
-        ``messages``: a string (one user message), or MCP sampling messages
-        (``{"role", "content"}``, where a string content is a text block).
-        Returns the client's result, ``{"role", "content", "model", "stopReason"}``,
-        or None when the host cannot sample (no MCP client, or one without the
-        ``sampling`` capability) or the client declined. An awaitable inside a
-        running asyncio loop, like :meth:`exec`.
+        Args:
+            messages: a string (one user message), or MCP sampling messages
+                (``{"role", "content"}``, where a string content is a text block).
+            max_tokens: the most tokens the completion may have.
+            system_prompt: the system prompt the client should use.
+            temperature: the sampling temperature, if the tool cares.
+            stop_sequences: sequences that end the completion.
+            model_preferences: MCP's ``modelPreferences`` (``hints``, ``costPriority``, ...).
+            include_context: MCP's ``includeContext``: ``"none"``, ``"thisServer"`` or ``"allServers"``.
+            metadata: passed to the client as it is.
+
+        Returns:
+            The client's result, ``{"role", "content", "model", "stopReason"}``,
+            or None when the host cannot sample (no MCP client, or one without the
+            ``sampling`` capability) or the client declined. An awaitable inside a
+            running asyncio loop, like `exec`.
         """
         listed = [{"role": "user", "content": messages}] if isinstance(messages, str) else list(messages)
         params: dict[str, Any] = {"messages": [_sampling_message(m) for m in listed], "maxTokens": max_tokens}
@@ -352,37 +181,106 @@ class ToolAPI:
         params.update({k: v for k, v in optional.items() if v is not None})
         link = self._link
         if link is None:
-            return _ready(None) if loop_running() else None
+            return ready(None) if loop_running() else None
         request = m.UiParams(call_id=link.call_id, method="sample", args=[params])
         if loop_running():
             return link.request_async(m.UI, request)
         return link.request(m.UI, request)
 
-    def exec(self, command: str, args: Sequence[str] = (), **kwargs: Any) -> Any:
-        """Run a program without a shell.
+    def exec(
+        self,
+        command: str,
+        args: Sequence[str] = (),
+        *,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        signal: AbortSignal | None = None,
+        env: Mapping[str, str] | None = None,
+        input: str | bytes | None = None,
+    ) -> Any:
+        """Run a program without a shell; `exec_sync` and `exec_async` are the explicit, typed forms.
 
         Inside a running asyncio loop (an ``async def`` tool) this returns an
-        awaitable; elsewhere it blocks and returns the :class:`ExecResult`.
-        ``exec_sync`` and ``exec_async`` are the explicit forms.
+        awaitable; elsewhere it blocks and returns the `ExecResult`. The
+        parameters are `exec_sync`'s.
         """
         if loop_running():
-            return exec_async(command, args, **kwargs)
-        return exec_sync(command, args, **kwargs)
+            return exec_async(command, args, cwd=cwd, timeout=timeout, signal=signal, env=env, input=input)
+        return exec_sync(command, args, cwd=cwd, timeout=timeout, signal=signal, env=env, input=input)
 
-    def exec_sync(self, command: str, args: Sequence[str] = (), **kwargs: Any) -> ExecResult:
-        return exec_sync(command, args, **kwargs)
+    def exec_sync(
+        self,
+        command: str,
+        args: Sequence[str] = (),
+        *,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        signal: AbortSignal | None = None,
+        env: Mapping[str, str] | None = None,
+        input: str | bytes | None = None,
+    ) -> ExecResult:
+        """Run ``command args...`` in a new process group and wait for it. A non-zero exit does not raise.
 
-    async def exec_async(self, command: str, args: Sequence[str] = (), **kwargs: Any) -> ExecResult:
-        return await exec_async(command, args, **kwargs)
+        A timeout or an abort of ``signal`` kills the program's whole process
+        group (SIGTERM, then SIGKILL after a second). A program killed by a
+        signal reports ``code = -signal``; ``killed`` is true only when this
+        call killed it.
+
+        Args:
+            command: the program, found on ``PATH`` when it has no slash.
+            args: its arguments (no shell: no quoting, no globbing).
+            cwd: its working directory (default: the worker's own workdir; pass
+                ``api.cwd`` for the project).
+            timeout: seconds before it is killed (default: none; the call's own timeout still applies).
+            signal: the call's `AbortSignal`: a cancelled call kills the program.
+            env: its whole environment (default: the worker's).
+            input: written to its stdin, then closed (default: stdin is ``/dev/null``).
+
+        Returns:
+            Its output (decoded as UTF-8, with replacement), exit code and whether it was killed.
+
+        Raises:
+            FileNotFoundError: no such program.
+            PermissionError: the program may not be run (under ``strict``, the sandbox may be why).
+        """
+        return exec_sync(command, args, cwd=cwd, timeout=timeout, signal=signal, env=env, input=input)
+
+    async def exec_async(
+        self,
+        command: str,
+        args: Sequence[str] = (),
+        *,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        signal: AbortSignal | None = None,
+        env: Mapping[str, str] | None = None,
+        input: str | bytes | None = None,
+    ) -> ExecResult:
+        """`exec_sync` for async tools: runs it in a thread so the event loop stays free.
+
+        Cancelling the awaiting task kills the program's process group. The
+        parameters, result and exceptions are `exec_sync`'s.
+        """
+        return await exec_async(command, args, cwd=cwd, timeout=timeout, signal=signal, env=env, input=input)
 
     def push_pending_action(self, action: Mapping[str, Any] | Any) -> str:
         """Record a preview the hidden ``resolve`` tool can later apply or discard.
 
-        ``action`` has ``label`` (str), ``apply(reason)``, and optionally
-        ``reject(reason)``, ``details`` (JSON) and ``source_tool_name``. The
-        callables stay in this worker; the host keeps the preview. Returns the
-        action's id. Raises ValueError when the label and details are over
-        1 MiB of JSON, or when this worker already holds 16 unresolved actions.
+        The callables stay in this worker (which the host keeps alive while
+        the action waits); the host keeps the preview.
+
+        Args:
+            action: a mapping or an object with ``label`` (str), ``apply(reason)``,
+                and optionally ``reject(reason)``, ``details`` (JSON) and
+                ``source_tool_name``.
+
+        Returns:
+            The action's id.
+
+        Raises:
+            TypeError: a field has the wrong type, or ``details`` is not JSON.
+            ValueError: the label and details are over 1 MiB of JSON, or this
+                worker already holds 16 unresolved actions.
         """
 
         def field(name: str, default: Any = None) -> Any:

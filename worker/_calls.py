@@ -26,6 +26,7 @@ import msgspec
 from . import _methods as m
 from ._api import HostLink
 from ._channel import Channel
+from ._ctx import Ctx as Ctx
 from ._frames import MAX_NESTING, encode_value
 from ._messages import ErrorCode, ErrorObject, error_object
 from ._signal import AbortSignal, ToolCancelled
@@ -45,35 +46,6 @@ class Call:
         self.in_tool = False  # True only while the main thread runs tool code: SIGTERM may raise there
         self.terminated = False  # SIGTERM arrived
         self.task: Any = None  # the asyncio.Task of an async tool
-
-
-class Ctx:
-    """``ctx`` for ``execute`` and ``on_session``: the host's shared state (read-only) and ``abort()``."""
-
-    __slots__ = ("_state", "_link", "_call_id")
-
-    def __init__(self, state: dict[str, Any], link: HostLink | None = None, call_id: str | None = None) -> None:
-        self._state = state
-        self._link = link
-        self._call_id = call_id
-
-    def abort(self, reason: str = "aborted by the tool") -> None:
-        """Ask the host to cancel the whole current operation (every call grouped with this one)."""
-        if self._link is not None:
-            self._link.notify(m.ABORT, m.AbortParams(call_id=self._call_id, reason=reason))
-
-    def __getitem__(self, key: str) -> Any:
-        return self._state[key]
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self._state.get(key, default)
-
-    @property
-    def state(self) -> dict[str, Any]:
-        return dict(self._state)
-
-    def __repr__(self) -> str:
-        return f"<ctx {sorted(self._state)}>"
 
 
 class AsyncBridge:

@@ -29,7 +29,14 @@ KILL_GRACE_SECONDS = 1.0
 
 
 class ExecResult(msgspec.Struct, frozen=True):
-    """The outcome of :func:`exec_sync`: output, exit code and whether it was killed."""
+    """The outcome of ``api.exec``: output, exit code and whether it was killed.
+
+    Attributes:
+        stdout: the program's standard output, decoded as UTF-8 (with replacement).
+        stderr: its standard error, decoded the same way.
+        code: its exit status; ``-N`` when a signal ``N`` ended it.
+        killed: true only when ``api.exec`` killed it (its timeout, or the call's abort).
+    """
 
     stdout: str
     stderr: str

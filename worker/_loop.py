@@ -35,7 +35,7 @@ from typing import NoReturn
 
 import msgspec
 
-from . import _env, _sigterm
+from . import _env, _sigterm, pi
 from . import _methods as m
 from ._api import HostLink, ToolAPI
 from ._calls import AsyncBridge, Call, Ctx, Outcome, decode_arguments, execute
@@ -73,7 +73,7 @@ class Worker:
         self.init = init
         self.kill_fd = kill_fd  # the boundary's cgroup.kill, opened before the sandbox closed the path
         self.link = HostLink(channel, lambda: self.current.call_id if self.current is not None else None)
-        self.api = ToolAPI(init.cwd, self.link, init.has_ui)
+        self.api = ToolAPI(init.cwd, self.link, init.has_ui, pi=pi)
         self.tools: dict[str, LoadedTool] = {}
         self.loaded = False
         self.current: Call | None = None

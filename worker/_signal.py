@@ -46,6 +46,7 @@ class AbortSignal:
 
     @property
     def aborted(self) -> bool:
+        """True once the host asked the call to stop (a cancel, a timeout, an abort of its operation)."""
         return self._aborted
 
     def wait(self, timeout: float | None = None) -> bool:

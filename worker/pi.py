@@ -1,16 +1,38 @@
 """The authoring API for tool modules, also injected into factories as ``api.pi``.
 
-A tool module defines ``factory(api)`` and returns :class:`CustomTool` objects::
+A tool module defines ``factory(api)`` and returns one or more `CustomTool`:
 
-    from worker.pi import CustomTool
+```python
+from worker.pi import CustomTool, ToolAPI, ToolContext, AbortSignal
 
-    def factory(api):
-        def execute(tool_call_id, params, on_update, ctx, signal):
-            return f"hello {params['name']}"
-        return CustomTool(name="hello", label="Hello", description="Greets",
-                          parameters={"type": "object", "properties": {"name": {"type": "string"}},
-                                      "required": ["name"]},
-                          execute=execute)
+def factory(api: ToolAPI) -> CustomTool:
+    def execute(tool_call_id: str, params: dict, on_update, ctx: ToolContext, signal: AbortSignal) -> str:
+        return f"hello {params['name']}"
+
+    return CustomTool(name="hello", label="Hello", description="Greets",
+                      parameters={"type": "object", "properties": {"name": {"type": "string"}},
+                                  "required": ["name"]},
+                      execute=execute)
+```
+
+**The factory contract.** The worker imports the module and calls
+``factory(api)`` once, with the worker's single `ToolAPI` (shared by every
+module the worker loads). The factory may be ``def`` or ``async def`` and
+returns:
+
+- one `CustomTool`;
+- a ``list`` or ``tuple`` of them (one module, several tools);
+- in place of any `CustomTool`, a ``dict`` with its keyword arguments.
+
+An entry that is none of these, or whose fields are invalid, is a load error
+for that entry alone (the others still load); a tool name defined twice keeps
+the first. A factory that raises (or a module that fails to import) is a
+``load_error`` naming the module, with the traceback. A plugin may name
+another attribute than ``factory`` (``module:attr``, see `docs/architecture.md`).
+
+Type annotations: `ToolAPI` (``api``), `UI` (``api.ui``), `ToolContext`
+(``ctx``), `AbortSignal` (``signal``) and `ExecResult` (what ``api.exec``
+returns) are importable from here, for annotations and an IDE's completion.
 
 This module imports only the standard library and msgspec: it runs inside the
 worker, never in the host.
@@ -19,26 +41,64 @@ worker, never in the host.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import msgspec
 
 from ._signal import AbortSignal, ToolCancelled
+
+if TYPE_CHECKING:
+    from ._api import ToolAPI as ToolAPI
+    from ._ctx import Ctx as ToolContext
+    from ._exec import ExecResult as ExecResult
+    from ._ui import UI as UI
 
 __all__ = [
     "AbortSignal",
     "AudioContent",
     "CustomTool",
     "EmbeddedResource",
+    "ExecResult",
     "Icon",
     "ImageContent",
     "ResourceContents",
     "ResourceLink",
     "TextContent",
+    "ToolAPI",
     "ToolAnnotations",
     "ToolCancelled",
+    "ToolContext",
     "ToolResult",
+    "UI",
 ]
+
+# The types of ``api``, ``api.ui``, ``ctx`` and ``api.exec``'s result live with
+# the worker's machinery (the host link, the protocol connection): they are
+# loaded on first access, so that importing ``worker.pi`` alone (a tool's own
+# tests) does not load that machinery. Hidden from type checkers, which would
+# otherwise accept any misspelt name of this module.
+_LAZY: dict[str, tuple[str, str]] = {
+    "ToolAPI": ("._api", "ToolAPI"),
+    "UI": ("._ui", "UI"),
+    "ToolContext": ("._ctx", "Ctx"),
+    "ExecResult": ("._exec", "ExecResult"),
+}
+
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        where = _LAZY.get(name)
+        if where is None:
+            raise AttributeError(f"module 'worker.pi' has no attribute {name!r}")
+        import importlib
+
+        value = getattr(importlib.import_module(where[0], __package__), where[1])
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *__all__})
+
 
 Concurrency: TypeAlias = Literal["shared", "exclusive"]
 
@@ -143,7 +203,7 @@ class ToolAnnotations(
     ``idempotent_hint=False``, ``open_world_hint=True``. A dict with MCP's
     keys (``{"readOnlyHint": True}``) works too.
 
-    Args:
+    Attributes:
         title: a display name for the tool (clients of MCP 2025-03-26 read it
             from here; newer ones read ``label``, served as the tool's ``title``).
         read_only_hint: the tool does not modify its environment.
@@ -162,7 +222,7 @@ class ToolAnnotations(
 class Icon(msgspec.Struct, frozen=True, omit_defaults=True, rename={"mime_type": "mimeType"}):
     """An icon clients may show next to the tool (MCP 2025-11-25).
 
-    Args:
+    Attributes:
         src: an ``https:`` (or ``http:``) URL, or a ``data:`` URI.
         mime_type: e.g. ``"image/png"``, when ``src`` does not say.
         sizes: e.g. ``["48x48"]``, or ``["any"]`` for a scalable image.
@@ -178,21 +238,68 @@ class Icon(msgspec.Struct, frozen=True, omit_defaults=True, rename={"mime_type":
 class CustomTool:
     """A tool: a name, a schema for its arguments, and the code that runs it.
 
+    Every argument is a keyword, and each is kept as an attribute of the same
+    name. A ``dict`` with these keys works wherever a factory returns a tool.
+
+    ``execute(tool_call_id, params, on_update, ctx, signal)`` is called once per
+    call, in the worker's main thread (``def``) or on its asyncio loop
+    (``async def``), with:
+
+    - ``tool_call_id`` (``str``): the host's id of this call.
+    - ``params``: the arguments, validated: an instance of the ``parameters``
+      Struct, or a ``dict`` for a JSON Schema.
+    - ``on_update`` (``Callable[[dict | ToolResult], None]``): streams a partial
+      result (``{"content": [...], "details": ...}``) to the caller, in order,
+      before the final one.
+    - ``ctx`` (`ToolContext`): the host's shared state (``ctx["model"]``,
+      ``ctx.get(key)``) and ``ctx.abort(reason)``.
+    - ``signal`` (`AbortSignal`): set when the call is cancelled or times out.
+
+    It returns a `ToolResult`, a ``dict`` of that shape, or a ``str`` (one text
+    block). Raising makes the result a ``tool_error`` with the exception's text;
+    details must be JSON-serialisable.
+
+    Example:
+        ```python
+        class Params(msgspec.Struct):
+            path: str
+
+        def factory(api: ToolAPI) -> list[CustomTool]:
+            def read(tool_call_id: str, params: Params, on_update, ctx, signal) -> str:
+                with open(os.path.join(api.cwd, params.path)) as f:
+                    return f.read()
+
+            return [CustomTool(name="read", description="Reads a file of the project",
+                               parameters=Params, execute=read, timeout=5.0,
+                               annotations=ToolAnnotations(read_only_hint=True))]
+        ```
+
     Args:
         name: unique in the registry; what the model calls.
-        label: a short human name for displays.
+        label: a short human name for displays (default: ``name``).
         description: what the tool does, for the model.
         parameters: a :class:`msgspec.Struct` type (``params`` arrives as an
-            instance) or a JSON Schema ``dict`` (``params`` arrives as a dict).
+            instance, validated in the worker) or a JSON Schema ``dict`` whose
+            root is an object (``params`` arrives as a dict, validated in the host).
         execute: ``execute(tool_call_id, params, on_update, ctx, signal)``, sync
-            or async. Returns a :class:`ToolResult`, a dict of that shape, or a str.
-        on_session: optional ``on_session(event, ctx)`` for session events.
-        render_call: optional ``render_call(args, theme) -> str``.
-        render_result: optional ``render_result(result, options, theme, args) -> str``.
-        hidden: not listed to models.
+            or async (see above). Returns a :class:`ToolResult`, a dict of that shape, or a str.
+        on_session: optional ``on_session(event, ctx)``, sync or async, called
+            with each session event (``event["reason"]`` is ``"start"``,
+            ``"shutdown"``, ...) in every live worker; what it raises is logged.
+        render_call: optional ``render_call(args, theme) -> str``: how a call is shown to the user.
+        render_result: optional ``render_result(result, options, theme, args) -> str``:
+            how a result is shown; ``options`` is ``{expanded, is_partial, spinner_frame}``.
+        hidden: not listed to models (``list``, MCP's ``tools/list``); it can
+            still be called by name.
         deferrable: may be deferred by the host (kept for compatibility).
-        concurrency: ``"shared"`` (default) or ``"exclusive"``.
-        timeout: default timeout of a call, in seconds.
+        concurrency: ``"shared"`` (default): calls run in parallel, each in its
+            own worker; ``"exclusive"``: at most one call of this tool runs at a
+            time, the others queue.
+        timeout: this tool's own limit for a call, in seconds (default: none).
+            It may shorten a call, never lengthen it past what the host allows
+            (the caller's ``timeout``, else the runner's ``default_timeout``,
+            and the policy's ``wall_seconds``); a call that runs over ends with
+            a ``timeout`` result.
         output_schema: optional; what ``details`` look like, as a
             :class:`msgspec.Struct` type or a JSON Schema ``dict`` whose root is
             ``"type": "object"``. MCP clients get it as the tool's
