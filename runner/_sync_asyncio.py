@@ -89,6 +89,11 @@ class AsyncioRunner:
         return self.blocking.cwd
 
     @property
+    def project_root(self) -> str:
+        """The project root whose ``.xcsh/tools``, ``.claude/tools`` and ``.codex/tools`` are read."""
+        return self.blocking.project_root
+
+    @property
     def sandbox(self) -> SandboxPolicy:
         """The runner's default sandbox policy."""
         return self.blocking.sandbox

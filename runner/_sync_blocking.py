@@ -93,6 +93,11 @@ class BlockingRunner:
         return self._runner.cwd
 
     @property
+    def project_root(self) -> str:
+        """The project root whose ``.xcsh/tools``, ``.claude/tools`` and ``.codex/tools`` are read."""
+        return self._runner.project_root
+
+    @property
     def sandbox(self) -> SandboxPolicy:
         """The runner's default sandbox policy."""
         return self._runner.sandbox

@@ -48,7 +48,6 @@ RANKS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "runner._workdir",
             "runner._discovery",
             "runner._unknown_tool",
-            "runner._statistics",
             "runner._cache",
             "runner._bounds",
             "runner._validate",
