@@ -17,15 +17,17 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Iterator
 from typing import Annotated, Any, NoReturn
 
 import typer
 
 from ._cli_app import app
 from ._cli_app import run_main as _run
+from ._cli_complete import complete_tool
+from ._cli_fields import tool_flags
 from ._cli_options import (
     EXIT_BY_KIND,
+    CwdOpt,
     ExitCode,
     GraceOpt,
     JsonOpt,
@@ -38,7 +40,7 @@ from ._cli_options import (
     parse_arguments,
     with_sandbox_options,
 )
-from ._cli_output import Status, emit_ndjson, print_text, source_label, warn
+from ._cli_output import Status, emit_ndjson, print_text, source_label, suggest_command, warn
 from ._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT
 from ._fuzz_report import COMMANDS
 from ._host import open_runner
@@ -48,10 +50,11 @@ from ._signals import Signals
 from ._terminal import TerminalUI, configure_log_file
 
 
-@app.command("run")
+@app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 @with_sandbox_options
 def run_command(
-    tool: Annotated[str, typer.Argument(help="The tool's name.")],
+    ctx: typer.Context,
+    tool: Annotated[str, typer.Argument(help="The tool's name.", autocompletion=complete_tool)],
     args: Annotated[str | None, typer.Option("--args", help="Arguments as one JSON object; '-' reads stdin.")] = None,
     args_file: Annotated[
         str | None, typer.Option("--args-file", help="Read the JSON arguments from a file; '-' is stdin.")
@@ -74,13 +77,21 @@ def run_command(
             "(on a terminal; discard otherwise).",
         ),
     ] = "ask",
+    cwd: CwdOpt = None,
+    show_tool_help: Annotated[bool, typer.Option("--tool-help", hidden=True)] = False,
     *,
     sandbox: SandboxPolicy,
 ) -> None:
-    """Run one tool call and print its result."""
+    """Run one tool call and print its result.
+
+    The tool's own flags (`xcsh-run TOOL --help` lists them) may stand beside
+    --args; given both ways, the flag wins.
+    """
     if resolve not in ("ask", "apply", "discard"):
         fail(f"--resolve must be ask, apply or discard, got {resolve!r}")
-    arguments = parse_arguments(args, args_file)
+    arguments = parse_arguments(args, args_file, as_json)
+    if ctx.args or show_tool_help:
+        arguments |= tool_flags(ctx, tool, tools or (), load_timeout, sandbox, as_json=as_json, help=show_tool_help)
     configure_log_file(log_file)
     # A person at the terminal answers the tool's UI prompts (unless stdin carried the arguments).
     interactive = sys.stdin.isatty() and sys.stderr.isatty() and "-" not in (args, args_file)
@@ -140,6 +151,8 @@ def run_command(
                 status.clear()
 
     result, rendered = _run(main)
+    if result.kind == "not_found":
+        suggest_command(tool)
     if stream:
         emit_ndjson("result", result.to_json())
     elif as_json:
@@ -172,6 +185,7 @@ def list_command(
     as_json: JsonOpt = False,
     load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT,
     log_file: LogFileOpt = None,
+    cwd: CwdOpt = None,
     *,
     sandbox: SandboxPolicy,
 ) -> None:
@@ -213,9 +227,10 @@ def list_command(
 
 @app.command("describe")
 def describe_command(
-    tool: Annotated[str, typer.Argument(help="The tool's name.")],
+    tool: Annotated[str, typer.Argument(help="The tool's name.", autocompletion=complete_tool)],
     tools: ToolsOpt = None,
     load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT,
+    cwd: CwdOpt = None,
 ) -> None:
     """Print a tool's JSON Schema and flags as JSON."""
     found, _, warnings = _load(tools, load_timeout)
@@ -231,10 +246,14 @@ def describe_command(
 from . import _cli_commands  # noqa: E402, F401
 
 
-def _with_default_command(argv: list[str]) -> Iterator[str]:
+def _with_default_command(argv: list[str]) -> list[str]:
     if argv and argv[0] not in COMMANDS and not argv[0].startswith("-"):
-        yield "run"
-    yield from argv
+        argv = ["run", *argv]
+    if argv[:1] == ["run"] and len(argv) > 1 and not argv[1].startswith("-") and "--help" in argv:
+        # `xcsh-run TOOL --help` is the tool's help: its flags need its schema,
+        # which only the command itself (after --cwd and --tools) can look up.
+        argv = [arg if arg != "--help" else "--tool-help" for arg in argv]
+    return argv
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -251,7 +270,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def _main(argv: list[str]) -> None:
     try:
-        app(args=list(_with_default_command(argv)), prog_name="xcsh-run")
+        app(args=_with_default_command(argv), prog_name="xcsh-run")
     except KeyboardInterrupt:
         # A Ctrl-C before any command started (typer turns one inside a
         # command into a silent exit 130): no worker exists yet.

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Annotated, TypeVar
 
 import trio
 import typer
 
+from ._cli_complete import CompletingGroup
 from ._cli_options import ExitCode, fail
 from ._errors import RunnerError
 from ._signals import Signals, watching_signals
+from ._version import __version__
 
 T = TypeVar("T")
 
@@ -24,9 +26,14 @@ HELP = """Run LLM-agent custom tools in isolated, killable worker processes.
 
 \b
   xcsh-run TOOL --args '{"key": "value"}'   run one tool (same as: xcsh-run run TOOL ...)
+  xcsh-run TOOL --key value                 the same, with the tool's own flags
+  xcsh-run TOOL --help                      the tool's description and flags
   xcsh-run list                             tools found, and modules that failed to load
   xcsh-run describe TOOL                    a tool's JSON Schema and flags
   xcsh-run fuzz TOOL                        fuzz a tool with arguments generated from its schema
+  xcsh-run new NAME                         a new tool, with a test, in .xcsh/tools
+  xcsh-run doctor                           what this machine's sandbox can enforce
+Every command takes --cwd DIR (as if started in DIR).
 
 \b
 Tools are found, in this order of precedence, in:
@@ -50,11 +57,26 @@ Exit codes of a run:
 
 app = typer.Typer(
     help=HELP,
-    add_completion=False,
+    cls=CompletingGroup,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"xcsh-run {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", help="Print the version and exit.", is_eager=True, callback=_print_version)
+    ] = False,
+) -> None:
+    pass
 
 
 def _exit_cancelled(sig: signal.Signals) -> int:

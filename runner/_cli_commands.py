@@ -10,8 +10,10 @@ import typer
 
 from ._cli_app import app
 from ._cli_app import run_main as _run
+from ._cli_complete import complete_tool
 from ._cli_options import (
     AllowOriginOpt,
+    CwdOpt,
     GraceOpt,
     HttpOpt,
     LoadTimeoutOpt,
@@ -58,6 +60,7 @@ def serve_command(
     port_file: PortFileOpt = None,
     token: TokenOpt = None,
     allow_origin: AllowOriginOpt = None,
+    cwd: CwdOpt = None,
     *,
     sandbox: SandboxPolicy,
 ) -> None:
@@ -119,7 +122,9 @@ def serve_command(
 @app.command("fuzz")
 @with_sandbox_options
 def fuzz_command(
-    tool: Annotated[list[str], typer.Argument(help="The tool's name (several may be given).")],
+    tool: Annotated[
+        list[str], typer.Argument(help="The tool's name (several may be given).", autocompletion=complete_tool)
+    ],
     examples: Annotated[int, typer.Option("--examples", help="Examples per property.")] = 100,
     seed: Annotated[
         int | None, typer.Option("--seed", help="The run's seed: the same seed replays the same run [random, printed].")
@@ -134,6 +139,7 @@ def fuzz_command(
     ] = False,
     tools: ToolsOpt = None,
     load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT,
+    cwd: CwdOpt = None,
     *,
     sandbox: SandboxPolicy,
 ) -> None:
