@@ -151,8 +151,6 @@ def run_command(
                 status.clear()
 
     result, rendered = _run(main)
-    if result.kind == "not_found":
-        suggest_command(tool)
     if stream:
         emit_ndjson("result", result.to_json())
     elif as_json:
@@ -161,6 +159,8 @@ def run_command(
         typer.echo(rendered)
     else:
         print_text(result)
+    if result.kind == "not_found":
+        suggest_command(tool)
     raise typer.Exit(int(EXIT_BY_KIND.get(result.kind, ExitCode.TOOL_ERROR)))
 
 
