@@ -6,8 +6,9 @@ name. A tool that shares a command's name is reached through ``run``.
 
 The options, exit codes and argument parsing are in ``_cli_options``; what
 the commands print, in ``_cli_output``; SIGINT and SIGTERM, in ``_signals``;
-the app and the trio runner of every command, in ``_cli_app``; the other
-commands, in ``_cli_commands`` and a ``_cli_*`` module each.
+the app and the trio runner of every command, in ``_cli_app``; a tool's own
+flags and help, in ``_cli_fields``; completion, in ``_cli_complete``; serve
+and fuzz, in ``_cli_commands``; new and doctor, in a module each.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The ``xcsh-run`` typer application and how every command runs its trio body.
 
-Each command lives in a module of its own (``_cli`` has ``run`` and the entry
-point; ``_cli_commands`` list, describe, serve and fuzz; ``_cli_new``,
-``_cli_doctor``) and registers itself on :data:`app` here.
+The commands register themselves on :data:`app`: ``_cli`` has ``run``,
+``list``, ``describe`` and the entry point; ``_cli_commands`` serve and fuzz;
+``_cli_new`` and ``_cli_doctor`` one each. ``--version`` is the app's own.
 """
 
 from __future__ import annotations
