@@ -170,6 +170,8 @@ def parse_field_flags(
     while i < len(tokens):
         token = tokens[i]
         i += 1
+        if token.startswith("-") and not token.startswith("--") and len(token) > 1:
+            _unknown(token, fields, options, as_json)  # no short flags: say which long ones are near
         if not token.startswith("--"):
             fail_arguments(
                 f"unexpected argument {token!r}; a tool's arguments are --FLAG VALUE or --args JSON", as_json
