@@ -79,7 +79,7 @@ def run_command(
         ),
     ] = "ask",
     cwd: CwdOpt = None,
-    show_tool_help: Annotated[bool, typer.Option("--tool-help", hidden=True)] = False,
+    show_tool_help: Annotated[bool, typer.Option("--xcsh-run-tool-help", hidden=True)] = False,
     *,
     sandbox: SandboxPolicy,
 ) -> None:
@@ -253,7 +253,7 @@ def _with_default_command(argv: list[str]) -> list[str]:
     if argv[:1] == ["run"] and len(argv) > 1 and not argv[1].startswith("-") and "--help" in argv:
         # `xcsh-run TOOL --help` is the tool's help: its flags need its schema,
         # which only the command itself (after --cwd and --tools) can look up.
-        argv = [arg if arg != "--help" else "--tool-help" for arg in argv]
+        argv = [arg if arg != "--help" else "--xcsh-run-tool-help" for arg in argv]
     return argv
 
 

@@ -261,9 +261,10 @@ def tool_flags(
 ) -> dict[str, Any]:
     """The arguments the tool's own flags in ``ctx.args`` give; with ``help``, print the tool's help and exit 0."""
     run_options = [opt for param in ctx.command.params for opt in (*param.opts, *param.secondary_opts)]
-    run_options = [opt for opt in run_options if opt.startswith("--") and opt != "--tool-help"]
+    run_options = [opt for opt in run_options if opt.startswith("--") and opt != "--xcsh-run-tool-help"]
     info, warnings = lookup_tool(tool, tools, load_timeout, sandbox)
-    warn(warnings)
+    if help or info is None:
+        warn(warnings)  # otherwise the run, about to discover again, says them once
     if info is None:
         if help:
             typer.echo(ctx.get_help())
