@@ -5,129 +5,58 @@ a first argument that is not a command name or an option is taken as a tool
 name. A tool that shares a command's name is reached through ``run``.
 
 The options, exit codes and argument parsing are in ``_cli_options``; what
-the commands print, in ``_cli_output``; SIGINT and SIGTERM, in ``_signals``.
+the commands print, in ``_cli_output``; SIGINT and SIGTERM, in ``_signals``;
+the app and the trio runner of every command, in ``_cli_app``; a tool's own
+flags and help, in ``_cli_fields``; completion, in ``_cli_complete``; serve
+and fuzz, in ``_cli_commands``; new and doctor, in a module each.
 """
 
 from __future__ import annotations
 
 import atexit
-import functools
 import json
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import Annotated, Any, NoReturn
 
-import trio
 import typer
 
+from ._cli_app import app
+from ._cli_app import run_main as _run
+from ._cli_complete import complete_tool
+from ._cli_fields import tool_flags
 from ._cli_options import (
     EXIT_BY_KIND,
-    AllowOriginOpt,
+    CwdOpt,
     ExitCode,
     GraceOpt,
-    HttpOpt,
     JsonOpt,
     LoadTimeoutOpt,
     LogFileOpt,
-    PortFileOpt,
     TimeoutOpt,
-    TokenOpt,
     ToolsOpt,
     check_seconds,
     fail,
     parse_arguments,
     with_sandbox_options,
 )
-from ._cli_output import Status, emit_ndjson, print_text, source_label, warn
-from ._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_QUEUE_TIMEOUT
+from ._cli_output import Status, emit_ndjson, print_text, source_label, suggest_command, warn
+from ._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT
 from ._discovery import project_root
-from ._errors import RunnerError
-from ._fuzz_report import COMMANDS, FuzzReport
+from ._fuzz_report import COMMANDS
 from ._host import open_runner
 from ._results import ToolResult
 from ._sandbox import SandboxPolicy
-from ._signals import Signals, watching_signals
+from ._signals import Signals
 from ._terminal import TerminalUI, configure_log_file
 
-T = TypeVar("T")
 
-HELP = """Run LLM-agent custom tools in isolated, killable worker processes.
-
-\b
-  xcsh-run TOOL --args '{"key": "value"}'   run one tool (same as: xcsh-run run TOOL ...)
-  xcsh-run list                             tools found, and modules that failed to load
-  xcsh-run describe TOOL                    a tool's JSON Schema and flags
-  xcsh-run fuzz TOOL                        fuzz a tool with arguments generated from its schema
-
-\b
-Tools are found, in this order of precedence, in:
-  <root>/.xcsh/tools, ~/.xcsh/agent/tools     (native: project, then user)
-  ~/.claude/tools, <root>/.claude/tools       (Claude: user, then project)
-  <installPath>/tools of Claude marketplace plugins (installed_plugins.json registries)
-  ~/.codex/tools, <root>/.codex/tools         (Codex: user, then project)
-  installed packages with `xcsh.tools` entry points (here, and in ~/.xcsh/plugins)
-  every --tools PATH
-<root> is the nearest folder up from here with .xcsh/, else with .git, else here (`xcsh-run list` shows it).
-What each module defines is cached in ~/.cache/xcsh-run, so unchanged modules are not imported again.
-
-\b
-Exit codes of a run:
-    0  success
-    1  the result is an error (tool_error, crashed, load_error, ...)
-    2  usage error: bad flags, malformed --args, invalid arguments, unknown tool
-   75  busy: the call waited past the queue deadline and never started; retry later
-  124  timeout
-  130  cancelled (Ctrl-C or SIGTERM; the worker's whole tree is stopped first)
-"""
-
-app = typer.Typer(
-    help=HELP,
-    add_completion=False,
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
-
-
-def _exit_cancelled(sig: signal.Signals) -> int:
-    return int(ExitCode.CANCELLED)
-
-
-def _run(body: Callable[[Signals], Awaitable[T]], exit_code: Callable[[signal.Signals], int] = _exit_cancelled) -> T:
-    """``trio.run(body)`` with SIGINT and SIGTERM handled from its first step; the usual errors become exits.
-
-    A signal that stopped ``body`` exits with ``exit_code(signal)`` (130 by
-    default) and one line on stderr, once every worker is gone. A
-    ``RunnerError`` is a usage error (exit 2).
-    """
-    done: list[T] = []
-    handled: list[Signals] = []
-
-    async def main() -> None:
-        async with watching_signals() as signals:
-            handled.append(signals)
-            done.append(await body(signals))
-
-    try:
-        trio.run(main)
-    except RunnerError as exc:
-        fail(str(exc))
-    except KeyboardInterrupt:
-        # Ctrl-C before the receiver was installed or after it was closed: no
-        # worker exists at either point, only trio's own SIGINT handling.
-        fail("interrupted by SIGINT", ExitCode.CANCELLED)
-    if not done:
-        sig = (handled[0].received if handled else None) or signal.SIGINT
-        fail(f"interrupted by {sig.name}", exit_code(sig))
-    return done[0]
-
-
-@app.command("run")
+@app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 @with_sandbox_options
 def run_command(
-    tool: Annotated[str, typer.Argument(help="The tool's name.")],
+    ctx: typer.Context,
+    tool: Annotated[str, typer.Argument(help="The tool's name.", autocompletion=complete_tool)],
     args: Annotated[str | None, typer.Option("--args", help="Arguments as one JSON object; '-' reads stdin.")] = None,
     args_file: Annotated[
         str | None, typer.Option("--args-file", help="Read the JSON arguments from a file; '-' is stdin.")
@@ -150,13 +79,21 @@ def run_command(
             "(on a terminal; discard otherwise).",
         ),
     ] = "ask",
+    cwd: CwdOpt = None,
+    show_tool_help: Annotated[bool, typer.Option("--xcsh-run-tool-help", hidden=True)] = False,
     *,
     sandbox: SandboxPolicy,
 ) -> None:
-    """Run one tool call and print its result."""
+    """Run one tool call and print its result.
+
+    The tool's own flags (`xcsh-run TOOL --help` lists them) may stand beside
+    --args; given both ways, the flag wins.
+    """
     if resolve not in ("ask", "apply", "discard"):
         fail(f"--resolve must be ask, apply or discard, got {resolve!r}")
-    arguments = parse_arguments(args, args_file)
+    arguments = parse_arguments(args, args_file, as_json)
+    if ctx.args or show_tool_help:
+        arguments |= tool_flags(ctx, tool, tools or (), load_timeout, sandbox, as_json=as_json, help=show_tool_help)
     configure_log_file(log_file)
     # A person at the terminal answers the tool's UI prompts (unless stdin carried the arguments).
     interactive = sys.stdin.isatty() and sys.stderr.isatty() and "-" not in (args, args_file)
@@ -225,6 +162,8 @@ def run_command(
         typer.echo(rendered)
     else:
         print_text(result)
+    if result.kind == "not_found":
+        suggest_command(tool)
     raise typer.Exit(int(EXIT_BY_KIND.get(result.kind, ExitCode.TOOL_ERROR)))
 
 
@@ -251,6 +190,7 @@ def list_command(
     as_json: JsonOpt = False,
     load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT,
     log_file: LogFileOpt = None,
+    cwd: CwdOpt = None,
     *,
     sandbox: SandboxPolicy,
 ) -> None:
@@ -293,9 +233,10 @@ def list_command(
 
 @app.command("describe")
 def describe_command(
-    tool: Annotated[str, typer.Argument(help="The tool's name.")],
+    tool: Annotated[str, typer.Argument(help="The tool's name.", autocompletion=complete_tool)],
     tools: ToolsOpt = None,
     load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT,
+    cwd: CwdOpt = None,
 ) -> None:
     """Print a tool's JSON Schema and flags as JSON."""
     found, _, warnings = _load(tools, load_timeout)
@@ -307,155 +248,18 @@ def describe_command(
     fail(f"no tool named {tool!r}; `xcsh-run list` shows the tools found")
 
 
-@app.command("serve")
-@with_sandbox_options
-def serve_command(
-    tools: ToolsOpt = None,
-    timeout: TimeoutOpt = None,
-    grace: GraceOpt = DEFAULT_GRACE,
-    load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT,
-    max_message_bytes: Annotated[
-        int,
-        typer.Option("--max-message-bytes", help="The longest MCP message (one line) accepted; longer get an error."),
-    ] = DEFAULT_MAX_MESSAGE_BYTES,
-    log_file: LogFileOpt = None,
-    max_workers: Annotated[
-        int | None,
-        typer.Option("--max-workers", help="Calls running at once; more wait their turn [twice the cores, >= 4]."),
-    ] = None,
-    queue_timeout: Annotated[
-        float,
-        typer.Option(
-            "--queue-timeout",
-            help="Seconds a call may wait for its turn before it ends `busy`; its own timeout starts after.",
-        ),
-    ] = DEFAULT_QUEUE_TIMEOUT,
-    http: HttpOpt = None,
-    port_file: PortFileOpt = None,
-    token: TokenOpt = None,
-    allow_origin: AllowOriginOpt = None,
-    *,
-    sandbox: SandboxPolicy,
-) -> None:
-    """Serve every tool over the Model Context Protocol on stdin/stdout (for MCP clients).
-
-    With --http, serve Streamable HTTP instead, at http://HOST:PORT/mcp (see docs/mcp.md).
-    """
-    from ._mcp_http import parse_address, serve_http
-    from ._mcp_stdio import serve_stdio  # only this command needs the MCP server
-
-    configure_log_file(log_file, also_stderr=True)
-    check_seconds(timeout=timeout, grace=grace, load_timeout=load_timeout, queue_timeout=queue_timeout)
-    if max_message_bytes < 1024:
-        fail(f"--max-message-bytes must be at least 1024, got {max_message_bytes}")
-    if max_workers is not None and max_workers < 1:
-        fail(f"--max-workers must be at least 1, got {max_workers}")
-    # (--token may come from the environment, where it is harmless for stdio.)
-    if http is None and (port_file or allow_origin):
-        fail("--port-file and --allow-origin need --http")
-    if http is not None:
-        try:
-            parse_address(http)
-        except ValueError as exc:
-            fail(str(exc))
-    if token is not None and any(arg == "--token" or arg.startswith("--token=") for arg in sys.argv):
-        # /proc/<pid>/cmdline is world-readable: the environment variable is not.
-        typer.echo(
-            "xcsh-run serve: warning: a token given with --token is visible to every local user "
-            "(ps, /proc/PID/cmdline); set XCSH_RUN_MCP_TOKEN instead",
-            err=True,
-        )
-    http_options: dict[str, Any] = {
-        "address": http,
-        "port_file": port_file,
-        "token": token,
-        "allowed_origins": allow_origin or (),
-    }
-    serve = functools.partial(
-        serve_stdio if http is None else functools.partial(serve_http, **http_options),
-        tools or (),
-        timeout=timeout,
-        grace=grace,
-        load_timeout=load_timeout,
-        max_message_bytes=max_message_bytes,
-        sandbox=sandbox,
-        max_workers=max_workers,
-        queue_timeout=queue_timeout,
-    )
-
-    async def main(_: Signals) -> int:
-        # The server handles SIGTERM and SIGINT itself once it runs (it winds
-        # its calls down); this covers the moments before and after.
-        return await serve()
-
-    # As the server itself does: 128 + the signal's number.
-    raise typer.Exit(_run(main, exit_code=lambda sig: 128 + int(sig)))
+# The other commands register themselves on the app, after these three (the order `--help` lists).
+from . import _cli_commands, _cli_doctor, _cli_new  # noqa: E402, F401
 
 
-@app.command("fuzz")
-@with_sandbox_options
-def fuzz_command(
-    tool: Annotated[list[str], typer.Argument(help="The tool's name (several may be given).")],
-    examples: Annotated[int, typer.Option("--examples", help="Examples per property.")] = 100,
-    seed: Annotated[
-        int | None, typer.Option("--seed", help="The run's seed: the same seed replays the same run [random, printed].")
-    ] = None,
-    timeout: Annotated[
-        float | None,
-        typer.Option("--timeout", help="Seconds per call before it counts as a hang [the tool's, else 10]."),
-    ] = None,
-    junit: Annotated[str | None, typer.Option("--junit", metavar="FILE", help="Also write a JUnit XML report.")] = None,
-    fail_on_tool_error: Annotated[
-        bool, typer.Option("--fail-on-tool-error", help="Count a tool_error on valid arguments as a failure.")
-    ] = False,
-    tools: ToolsOpt = None,
-    load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT,
-    *,
-    sandbox: SandboxPolicy,
-) -> None:
-    """Fuzz tools with arguments generated from their own JSON Schema (see docs/fuzzing.md).
-
-    \b
-    Exit codes:
-      0  no failure found
-      1  a failure was found (each is printed with a command that reproduces it)
-      2  usage error, unknown tool, the tool could not be fuzzed, or Hypothesis
-         is not installed (pip install 'xcsh-run[fuzz]')
-    130  interrupted
-    """
-    if examples < 1:
-        fail(f"--examples must be at least 1, got {examples}")
-    check_seconds(timeout=timeout, load_timeout=load_timeout)
-    from ._fuzz import fuzz_tool  # only this command needs the fuzzer
-
-    async def main(_: Signals) -> FuzzReport:
-        # A signal cancels the run; the call in flight stops through the ladder.
-        return await fuzz_tool(
-            tool,
-            tool_paths=tools or (),
-            examples=examples,
-            seed=seed,
-            timeout=timeout,
-            fail_on_tool_error=fail_on_tool_error,
-            sandbox=sandbox,
-            load_timeout=load_timeout,
-            discover_sources=True,
-        )
-
-    report = _run(main)
-    typer.echo(report.summary())
-    if junit is not None:
-        try:
-            report.write_junit(junit)
-        except OSError as exc:
-            fail(f"cannot write --junit {junit!r}: {exc.strerror}")
-    raise typer.Exit(report.exit_code)
-
-
-def _with_default_command(argv: list[str]) -> Iterator[str]:
+def _with_default_command(argv: list[str]) -> list[str]:
     if argv and argv[0] not in COMMANDS and not argv[0].startswith("-"):
-        yield "run"
-    yield from argv
+        argv = ["run", *argv]
+    if argv[:1] == ["run"] and len(argv) > 1 and not argv[1].startswith("-") and "--help" in argv:
+        # `xcsh-run TOOL --help` is the tool's help: its flags need its schema,
+        # which only the command itself (after --cwd and --tools) can look up.
+        argv = [arg if arg != "--help" else "--xcsh-run-tool-help" for arg in argv]
+    return argv
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -472,7 +276,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def _main(argv: list[str]) -> None:
     try:
-        app(args=list(_with_default_command(argv)), prog_name="xcsh-run")
+        app(args=_with_default_command(argv), prog_name="xcsh-run")
     except KeyboardInterrupt:
         # A Ctrl-C before any command started (typer turns one inside a
         # command into a silent exit 130): no worker exists yet.

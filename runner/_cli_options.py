@@ -44,9 +44,45 @@ EXIT_BY_KIND = {
     "busy": ExitCode.BUSY,
 }
 
+
+def _change_directory(value: str | None) -> str | None:
+    # Eager, so it runs before every other option's check and before the
+    # command: --tools, --allow-read and discovery all see DIR as the cwd.
+    if value is not None:
+        try:
+            os.chdir(value)
+        except OSError as exc:
+            raise typer.BadParameter(f"cannot change to {value!r}: {exc.strerror}") from None
+    return value
+
+
+def _existing_tool_paths(value: list[str] | None) -> list[str] | None:
+    from ._discovery import expand
+
+    for path in value or ():
+        where = expand(path, os.getcwd(), os.path.expanduser("~"))
+        if not os.path.exists(where):
+            raise typer.BadParameter(f"{path!r} does not exist ({where}); give a tool file or a folder of tools")
+    return value
+
+
 ToolsOpt = Annotated[
     list[str] | None,
-    typer.Option("--tools", help="A tool file or folder to add (repeatable); relative to the current directory."),
+    typer.Option(
+        "--tools",
+        help="A tool file or folder to add (repeatable); relative to the current directory.",
+        callback=_existing_tool_paths,
+    ),
+]
+CwdOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--cwd",
+        metavar="DIR",
+        help="Run as if started in DIR: tools are found from there, relative paths start there.",
+        is_eager=True,
+        callback=_change_directory,
+    ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for programs instead of text.")]
 TimeoutOpt = Annotated[
@@ -222,21 +258,34 @@ def fail(message: str, code: int = ExitCode.USAGE) -> NoReturn:
     raise typer.Exit(int(code))
 
 
-def json_error(label: str, text: str, exc: json.JSONDecodeError) -> NoReturn:
+def fail_arguments(message: str, as_json: bool) -> NoReturn:
+    """Usage error (exit 2) about the call's arguments; with ``--json``, also the error result on stdout.
+
+    The kind is ``invalid_arguments``, the one a call whose arguments fail the
+    tool's schema ends with, so that a program reads one shape for both.
+    """
+    if as_json:
+        error = {"kind": "invalid_arguments", "message": message}
+        typer.echo(json.dumps({"content": [], "details": None, "is_error": True, "error": error}, ensure_ascii=False))
+    fail(message)
+
+
+def json_error(label: str, text: str, exc: json.JSONDecodeError, as_json: bool = False) -> NoReturn:
     lines = text.splitlines() or [""]
     line = lines[exc.lineno - 1] if 0 < exc.lineno <= len(lines) else ""
     caret = " " * (exc.colno - 1) + "^"
-    fail(
+    fail_arguments(
         f"{label} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}\n"
         f"  {line}\n  {caret}\n"
-        'Pass one JSON object, with double-quoted keys and strings, e.g. --args \'{"glob": "*.py"}\'.'
+        'Pass one JSON object, with double-quoted keys and strings, e.g. --args \'{"glob": "*.py"}\'.',
+        as_json,
     )
 
 
-def parse_arguments(args: str | None, args_file: str | None) -> dict[str, Any]:
+def parse_arguments(args: str | None, args_file: str | None, as_json: bool = False) -> dict[str, Any]:
     """Read the call's arguments from ``--args``/``--args-file`` (``-`` is stdin)."""
     if args is not None and args_file is not None:
-        fail("give either --args or --args-file, not both")
+        fail_arguments("give either --args or --args-file, not both", as_json)
     label = "--args"
     if args_file is not None:
         label = "--args-file" if args_file != "-" else "stdin"
@@ -247,7 +296,7 @@ def parse_arguments(args: str | None, args_file: str | None) -> dict[str, Any]:
                 with open(args_file, encoding="utf-8") as f:
                     text = f.read()
             except OSError as exc:
-                fail(f"cannot read --args-file {args_file!r}: {exc.strerror}")
+                fail_arguments(f"cannot read --args-file {args_file!r}: {exc.strerror}", as_json)
     elif args == "-":
         label, text = "stdin", sys.stdin.read()
     elif args is None:
@@ -257,7 +306,8 @@ def parse_arguments(args: str | None, args_file: str | None) -> dict[str, Any]:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        json_error(label, text, exc)
+        json_error(label, text, exc, as_json)
     if not isinstance(value, dict):
-        fail(f'{label} must be a JSON object like \'{{"key": "value"}}\', got a JSON {type(value).__name__}')
+        message = f'{label} must be a JSON object like \'{{"key": "value"}}\', got a JSON {type(value).__name__}'
+        fail_arguments(message, as_json)
     return value

@@ -78,3 +78,14 @@ def source_label(item: dict[str, Any]) -> str:
     source = item["source"]
     name = source["provider_name"] if source["provider"] in ("claude-plugins", "plugin") else source["provider"]
     return f"{name}, {source['level']}"
+
+
+def suggest_command(tool: str) -> None:
+    """For a tool not found whose name is close to a command's (``lst``): the command, on stderr."""
+    import difflib
+
+    from ._fuzz_report import COMMANDS
+
+    close = difflib.get_close_matches(tool, COMMANDS, n=1, cutoff=0.6)
+    if close:
+        typer.echo(f"xcsh-run: did you mean the command `{close[0]}`? (xcsh-run {close[0]} --help)", err=True)

@@ -14,6 +14,7 @@ that declares one to conform, and the host is where ``jsonschema`` is.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -59,7 +60,25 @@ class ArgumentValidator:
         error = jsonschema.exceptions.best_match(self._validator.iter_errors(arguments))
         if error is not None:
             path = json_path(error.absolute_path)
-            raise SchemaProblem(f"{error.message} (at {path})", path)
+            raise SchemaProblem(f"{_message(error)} (at {path})", path)
+
+
+def _message(error: Any) -> str:
+    """jsonschema's message, with the allowed values spelled out where a value must be one of a set.
+
+    ``best_match`` of an ``anyOf`` (an optional enum) says only "not valid under
+    any of the given schemas": the choices are in its sub-errors.
+    """
+    choices: list[Any] = []
+    for e in [error, *(error.context or ())]:
+        if e.validator == "enum" and isinstance(e.validator_value, list):
+            choices += e.validator_value
+        elif e.validator == "const":
+            choices.append(e.validator_value)
+    if not choices:
+        return str(error.message)
+    listed = ", ".join(json.dumps(c, ensure_ascii=False) for c in choices)
+    return f"{json.dumps(error.instance, ensure_ascii=False)} is not one of the choices: {listed}"
 
 
 @functools.lru_cache(maxsize=256)

@@ -95,6 +95,10 @@ def decode_arguments(loaded: LoadedTool, params: m.CallParams) -> Any:
     except msgspec.ValidationError as exc:
         text = str(exc)
         match = _PATH_RE.search(text)
+        if text.startswith("Invalid enum value") and match:
+            choices = enum_choices(loaded.description.parameters, match.group(1))
+            if choices:
+                text += f" (the choices: {', '.join(msgspec.json.encode(c).decode() for c in choices)})"
         return error_object(
             ErrorCode.INVALID_ARGUMENTS,
             f"invalid arguments for {params.tool!r}: {text}",
@@ -102,6 +106,36 @@ def decode_arguments(loaded: LoadedTool, params: m.CallParams) -> Any:
         )
     except msgspec.DecodeError as exc:
         return error_object(ErrorCode.INVALID_ARGUMENTS, f"arguments are not JSON: {exc}", path="$")
+
+
+def enum_choices(schema: dict[str, Any], path: str) -> list[Any] | None:
+    """The ``enum`` of the value at ``path`` (``$.a.b[0]``) in a Struct's schema, following its ``$ref``s."""
+    node: Any = schema
+    for key, index in _PART_RE.findall(path.removeprefix("$")):
+        node = _deref(schema, node)
+        node = node.get("items") if index else node.get("properties", {}).get(key)
+    node = _deref(schema, node)
+    choices = node.get("enum")
+    return choices if isinstance(choices, list) else None
+
+
+_PART_RE = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
+
+
+def _deref(schema: dict[str, Any], node: Any) -> dict[str, Any]:
+    for _ in range(8):
+        if not isinstance(node, dict):
+            return {}
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            node = schema.get("$defs", {}).get(ref.removeprefix("#/$defs/"))
+            continue
+        options = [o for o in node.get("anyOf", ()) if isinstance(o, dict) and ("enum" in o or "$ref" in o)]
+        if len(options) == 1:
+            node = options[0]
+            continue
+        return node
+    return {}
 
 
 def execute(

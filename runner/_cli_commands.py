@@ -1,0 +1,182 @@
+"""The ``serve`` and ``fuzz`` commands (``run``, ``list`` and ``describe`` are in ``_cli``)."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from ._cli_app import app
+from ._cli_app import run_main as _run
+from ._cli_complete import complete_tool
+from ._cli_options import (
+    AllowOriginOpt,
+    CwdOpt,
+    GraceOpt,
+    HttpOpt,
+    LoadTimeoutOpt,
+    LogFileOpt,
+    PortFileOpt,
+    TimeoutOpt,
+    TokenOpt,
+    ToolsOpt,
+    check_seconds,
+    fail,
+    with_sandbox_options,
+)
+from ._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_QUEUE_TIMEOUT
+from ._fuzz_report import FuzzReport
+from ._sandbox import SandboxPolicy
+from ._signals import Signals
+from ._terminal import configure_log_file
+
+
+@app.command("serve")
+@with_sandbox_options
+def serve_command(
+    tools: ToolsOpt = None,
+    timeout: TimeoutOpt = None,
+    grace: GraceOpt = DEFAULT_GRACE,
+    load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT,
+    max_message_bytes: Annotated[
+        int,
+        typer.Option("--max-message-bytes", help="The longest MCP message (one line) accepted; longer get an error."),
+    ] = DEFAULT_MAX_MESSAGE_BYTES,
+    log_file: LogFileOpt = None,
+    max_workers: Annotated[
+        int | None,
+        typer.Option("--max-workers", help="Calls running at once; more wait their turn [twice the cores, >= 4]."),
+    ] = None,
+    queue_timeout: Annotated[
+        float,
+        typer.Option(
+            "--queue-timeout",
+            help="Seconds a call may wait for its turn before it ends `busy`; its own timeout starts after.",
+        ),
+    ] = DEFAULT_QUEUE_TIMEOUT,
+    http: HttpOpt = None,
+    port_file: PortFileOpt = None,
+    token: TokenOpt = None,
+    allow_origin: AllowOriginOpt = None,
+    cwd: CwdOpt = None,
+    *,
+    sandbox: SandboxPolicy,
+) -> None:
+    """Serve every tool over the Model Context Protocol on stdin/stdout (for MCP clients).
+
+    With --http, serve Streamable HTTP instead, at http://HOST:PORT/mcp (see docs/mcp.md).
+    """
+    from ._mcp_http import parse_address, serve_http
+    from ._mcp_stdio import serve_stdio  # only this command needs the MCP server
+
+    configure_log_file(log_file, also_stderr=True)
+    check_seconds(timeout=timeout, grace=grace, load_timeout=load_timeout, queue_timeout=queue_timeout)
+    if max_message_bytes < 1024:
+        fail(f"--max-message-bytes must be at least 1024, got {max_message_bytes}")
+    if max_workers is not None and max_workers < 1:
+        fail(f"--max-workers must be at least 1, got {max_workers}")
+    # (--token may come from the environment, where it is harmless for stdio.)
+    if http is None and (port_file or allow_origin):
+        fail("--port-file and --allow-origin need --http")
+    if http is not None:
+        try:
+            parse_address(http)
+        except ValueError as exc:
+            fail(str(exc))
+    if token is not None and any(arg == "--token" or arg.startswith("--token=") for arg in sys.argv):
+        # /proc/<pid>/cmdline is world-readable: the environment variable is not.
+        typer.echo(
+            "xcsh-run serve: warning: a token given with --token is visible to every local user "
+            "(ps, /proc/PID/cmdline); set XCSH_RUN_MCP_TOKEN instead",
+            err=True,
+        )
+    http_options: dict[str, Any] = {
+        "address": http,
+        "port_file": port_file,
+        "token": token,
+        "allowed_origins": allow_origin or (),
+    }
+    serve = functools.partial(
+        serve_stdio if http is None else functools.partial(serve_http, **http_options),
+        tools or (),
+        timeout=timeout,
+        grace=grace,
+        load_timeout=load_timeout,
+        max_message_bytes=max_message_bytes,
+        sandbox=sandbox,
+        max_workers=max_workers,
+        queue_timeout=queue_timeout,
+    )
+
+    async def main(_: Signals) -> int:
+        # The server handles SIGTERM and SIGINT itself once it runs (it winds
+        # its calls down); this covers the moments before and after.
+        return await serve()
+
+    # As the server itself does: 128 + the signal's number.
+    raise typer.Exit(_run(main, exit_code=lambda sig: 128 + int(sig)))
+
+
+@app.command("fuzz")
+@with_sandbox_options
+def fuzz_command(
+    tool: Annotated[
+        list[str], typer.Argument(help="The tool's name (several may be given).", autocompletion=complete_tool)
+    ],
+    examples: Annotated[int, typer.Option("--examples", help="Examples per property.")] = 100,
+    seed: Annotated[
+        int | None, typer.Option("--seed", help="The run's seed: the same seed replays the same run [random, printed].")
+    ] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option("--timeout", help="Seconds per call before it counts as a hang [the tool's, else 10]."),
+    ] = None,
+    junit: Annotated[str | None, typer.Option("--junit", metavar="FILE", help="Also write a JUnit XML report.")] = None,
+    fail_on_tool_error: Annotated[
+        bool, typer.Option("--fail-on-tool-error", help="Count a tool_error on valid arguments as a failure.")
+    ] = False,
+    tools: ToolsOpt = None,
+    load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT,
+    cwd: CwdOpt = None,
+    *,
+    sandbox: SandboxPolicy,
+) -> None:
+    """Fuzz tools with arguments generated from their own JSON Schema (see docs/fuzzing.md).
+
+    \b
+    Exit codes:
+      0  no failure found
+      1  a failure was found (each is printed with a command that reproduces it)
+      2  usage error, unknown tool, the tool could not be fuzzed, or Hypothesis
+         is not installed (pip install 'xcsh-run[fuzz]')
+    130  interrupted
+    """
+    if examples < 1:
+        fail(f"--examples must be at least 1, got {examples}")
+    check_seconds(timeout=timeout, load_timeout=load_timeout)
+    from ._fuzz import fuzz_tool  # only this command needs the fuzzer
+
+    async def main(_: Signals) -> FuzzReport:
+        # A signal cancels the run; the call in flight stops through the ladder.
+        return await fuzz_tool(
+            tool,
+            tool_paths=tools or (),
+            examples=examples,
+            seed=seed,
+            timeout=timeout,
+            fail_on_tool_error=fail_on_tool_error,
+            sandbox=sandbox,
+            load_timeout=load_timeout,
+            discover_sources=True,
+        )
+
+    report = _run(main)
+    typer.echo(report.summary())
+    if junit is not None:
+        try:
+            report.write_junit(junit)
+        except OSError as exc:
+            fail(f"cannot write --junit {junit!r}: {exc.strerror}")
+    raise typer.Exit(report.exit_code)

@@ -1,0 +1,152 @@
+"""``xcsh-run doctor``: what this machine can enforce, per sandbox level, and where things are.
+
+The measurements are the runner's own (``_sandbox.probe``, ``check`` and
+``weakened``, the cgroup root a runner makes), so what doctor says is what a
+run gets. Exit 0 when the default level (``contained``) starts without
+``--sandbox-best-effort``; its documented weakenings (listed) do not fail it.
+Exit 1 when it would refuse to start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from ._cli_app import app
+from ._cli_options import CwdOpt, JsonOpt
+from ._discovery import project_root
+
+DEFAULT_LEVEL = "contained"
+
+
+def _user_namespaces() -> bool:
+    """Can this user make a user namespace? (Read from sysctls; nothing is unshared.)"""
+
+    def sysctl(name: str) -> str | None:
+        try:
+            return Path("/proc/sys", name).read_text().strip()
+        except OSError:
+            return None
+
+    if sysctl("user/max_user_namespaces") in (None, "0"):
+        return False
+    if os.geteuid() != 0 and sysctl("kernel/unprivileged_userns_clone") == "0":
+        return False
+    return not (os.geteuid() != 0 and sysctl("kernel/apparmor_restrict_unprivileged_userns") == "1")
+
+
+def _pidfd() -> bool:
+    try:
+        fd = os.pidfd_open(os.getpid())
+    except (OSError, AttributeError):
+        return False
+    os.close(fd)
+    return True
+
+
+def report() -> dict[str, Any]:
+    """Everything doctor prints, as JSON-ready data."""
+    import msgspec
+
+    from ._boundary import CgroupRoot
+    from ._cache import default_dir
+    from ._sandbox import LEVELS, SandboxPolicy, check, probe, weakened
+    from ._version import __version__
+
+    cgroups = CgroupRoot.create()
+    try:
+        found = probe(
+            default_dir(),
+            cgroup_v2=cgroups is not None,
+            memory_cgroup=cgroups is not None and cgroups.memory is not None,
+            pids_cgroup=cgroups is not None and cgroups.pids is not None,
+        )
+    finally:
+        if cgroups is not None:
+            cgroups.remove()
+    levels: dict[str, Any] = {}
+    for level in LEVELS:
+        policy = SandboxPolicy(level=level)
+        weak = weakened(policy, found)
+        missing = [m for m in check(policy.replace(best_effort=True), found) if m not in weak]
+        levels[level] = {
+            "starts": not missing,  # without --sandbox-best-effort
+            "fully_enforced": not missing and not weak,
+            "missing": missing,
+            "weakened": weak,
+        }
+    machine = msgspec.to_builtins(found)
+    return {
+        "version": __version__,
+        "python": sys.version.split()[0],
+        "executable": sys.executable,
+        "platform": platform.platform(),
+        "cache_dir": str(default_dir()),
+        "cwd": os.getcwd(),
+        "project_root": project_root(os.getcwd()),
+        "machine": {
+            "cgroup_v2": machine["cgroup_v2"],
+            "memory_controller": machine["memory_cgroup"],
+            "pids_controller": machine["pids_cgroup"],
+            "landlock_abi": machine["landlock_abi"],
+            "seccomp": machine["seccomp"],
+            "user_namespaces": _user_namespaces(),
+            "pidfd": _pidfd(),
+            "root": machine["euid"] == 0,
+            "arch": machine["arch"],
+        },
+        "levels": levels,
+        "default_level": DEFAULT_LEVEL,
+        "ok": levels[DEFAULT_LEVEL]["starts"],
+    }
+
+
+def _yes(value: object) -> str:
+    return "yes" if value is True else "no" if value is False else str(value)
+
+
+@app.command("doctor")
+def doctor_command(as_json: JsonOpt = False, cwd: CwdOpt = None) -> None:
+    """Report what this machine can enforce at each sandbox level (see docs/sandbox.md).
+
+    \b
+    Exit codes:
+      0  the default level (contained) starts here (weakenings are listed, not failed)
+      1  it would refuse to start without --sandbox-best-effort
+    """
+    data = report()
+    if as_json:
+        typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
+        raise typer.Exit(0 if data["ok"] else 1)
+    m = data["machine"]
+    abi = m["landlock_abi"]
+    lines = [
+        f"xcsh-run {data['version']} on Python {data['python']} ({data['executable']})",
+        f"  project root: {data['project_root']}",
+        f"  module cache: {data['cache_dir']}",
+        "",
+        "Machine:",
+        f"  cgroup v2 (writable):   {_yes(m['cgroup_v2'])}"
+        f"   memory controller: {_yes(m['memory_controller'])}   pids controller: {_yes(m['pids_controller'])}",
+        f"  Landlock ABI:           {abi if abi else 'none'}",
+        f"  seccomp filters:        {_yes(m['seccomp'])}",
+        f"  user namespaces:        {_yes(m['user_namespaces'])}",
+        f"  pidfd:                  {_yes(m['pidfd'])}",
+        f"  root:                   {_yes(m['root'])}   arch: {m['arch']}",
+        "",
+        "Sandbox levels:",
+    ]
+    for level, state in data["levels"].items():
+        verdict = "fully enforced" if state["fully_enforced"] else "starts, weakened" if state["starts"] else "refused"
+        default = " (default)" if level == data["default_level"] else ""
+        lines.append(f"  {level}{default}: {verdict}")
+        lines += [f"    missing: {item}" for item in state["missing"]]
+        lines += [f"    weakened: {item}" for item in state["weakened"]]
+    typer.echo("\n".join(lines))
+    raise typer.Exit(0 if data["ok"] else 1)

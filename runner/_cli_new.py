@@ -1,0 +1,148 @@
+"""``xcsh-run new NAME``: a working tool and its test, in the project's ``.xcsh/tools``.
+
+The project is the nearest folder, from the current one up, holding ``.xcsh``
+(else ``.git``), as discovery finds it; with neither, the current folder.
+Nothing is overwritten: an existing tool or test file is a usage error.
+"""
+
+from __future__ import annotations
+
+import keyword
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ._cli_app import app
+from ._cli_options import CwdOpt, fail
+from ._discovery import project_root
+
+PY_TOOL = '''"""{name}: a tool for xcsh-run.
+
+Run it: xcsh-run {name} --text hello --repeat 2; its flags: xcsh-run {name} --help.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+from worker.pi import CustomTool, ToolResult
+
+
+class Params(msgspec.Struct, forbid_unknown_fields=True):
+    """The arguments, checked in the worker before execute runs; flags and --help come from them."""
+
+    text: Annotated[str, msgspec.Meta(description="The text to echo.")]
+    repeat: Annotated[int, msgspec.Meta(ge=1, le=10, description="How many times.")] = 1
+
+
+def factory(api: object) -> CustomTool:
+    def execute(tool_call_id: str, params: Params, on_update: object, ctx: object, signal: object) -> ToolResult:
+        text = " ".join([params.text] * params.repeat)
+        return ToolResult(content=[{{"type": "text", "text": text}}], details={{"length": len(text)}})
+
+    return CustomTool(
+        name="{name}",
+        label="{label}",
+        description="Echo a text, repeated. (Say here what the tool does: this is what the model reads.)",
+        parameters=Params,
+        execute=execute,
+    )
+'''
+
+PY_TEST = '''"""Tests of the {name} tool: a call through a real worker, then fuzzing with arguments from its schema."""
+
+from pathlib import Path
+
+from runner import assert_fuzz_clean, run_tool_sync
+
+TOOL = str(Path(__file__).resolve().parent.parent / ".xcsh" / "tools" / "{name}.py")
+
+
+def test_{name}_echoes() -> None:
+    result = run_tool_sync("{name}", {{"text": "hi", "repeat": 2}}, tool_paths=[TOOL], timeout=30)
+    assert not result.is_error, result.error
+    assert result.text == "hi hi"
+    assert result.details == {{"length": 5}}
+
+
+def test_{name}_survives_fuzzing() -> None:
+    assert_fuzz_clean("{name}", tool_paths=[TOOL], examples=30, seed=0)
+'''
+
+TS_TOOL = """// {name}: a tool in the original TypeScript design's shape (a factory given `pi`, a TypeBox schema).
+//
+// NOTE: xcsh-run does not run TypeScript tools yet: they run once the Bun worker lands (issue 17).
+// Until then this file is found but not loaded; write the tool in Python (xcsh-run new {name}) to run it today.
+import type {{ CustomToolFactory }} from "@oh-my-pi/pi-coding-agent";
+
+const factory: CustomToolFactory = (pi) => ({{
+  name: "{name}",
+  label: "{label}",
+  description: "Echo a text, repeated. (Say here what the tool does: this is what the model reads.)",
+  parameters: pi.typebox.Type.Object({{
+    text: pi.typebox.Type.String({{ description: "The text to echo." }}),
+    repeat: pi.typebox.Type.Optional(pi.typebox.Type.Integer({{ minimum: 1, maximum: 10, default: 1 }})),
+  }}),
+  async execute(toolCallId, params, onUpdate, ctx, signal) {{
+    const text = Array(params.repeat ?? 1).fill(params.text).join(" ");
+    return {{ content: [{{ type: "text", text }}], details: {{ length: text.length }} }};
+  }},
+}});
+
+export default factory;
+"""
+
+TS_TEST = """// A test stub for the {name} tool (bun test). TypeScript tools run once the Bun worker lands (issue 17).
+import {{ expect, test }} from "bun:test";
+import factory from "../.xcsh/tools/{name}.ts";
+
+test("{name} echoes", async () => {{
+  const pi = {{ typebox: await import("@sinclair/typebox") }} as any;
+  const tool = factory(pi);
+  const result = await tool.execute("call-1", {{ text: "hi", repeat: 2 }}, undefined, undefined, undefined);
+  expect(result.content[0].text).toBe("hi hi");
+}});
+"""
+
+
+@app.command("new")
+def new_command(
+    name: Annotated[str, typer.Argument(help="The tool's name: a Python identifier, e.g. word_freq.")],
+    ts: Annotated[
+        bool, typer.Option("--ts", help="A TypeScript tool (runs once the Bun worker lands: issue 17).")
+    ] = False,
+    cwd: CwdOpt = None,
+) -> None:
+    """Create a working tool in the project's .xcsh/tools, with a test that passes as generated."""
+    if not name.isidentifier() or keyword.iskeyword(name):
+        fail(f"tool name {name!r} is not a Python identifier (letters, digits and _, not starting with a digit)")
+    root = Path(project_root(os.getcwd()))
+    suffix = ".ts" if ts else ".py"
+    tool = root / ".xcsh" / "tools" / f"{name}{suffix}"
+    test = root / "tests" / (f"{name}.test.ts" if ts else f"test_{name}.py")
+    existing = [str(path) for path in (tool, test) if path.exists()]
+    if existing:
+        fail(f"{' and '.join(existing)} already exist{'s' if len(existing) == 1 else ''}; nothing was written")
+    label = name.replace("_", " ").capitalize()
+    texts = (TS_TOOL, TS_TEST) if ts else (PY_TOOL, PY_TEST)
+    for path, text in zip((tool, test), texts, strict=True):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # "x": never clobber a file that appeared since the check above.
+        with open(path, "x", encoding="utf-8") as f:
+            f.write(text.format(name=name, label=label))
+        typer.echo(f"created {path}")
+    if ts:
+        typer.echo(
+            "note: TypeScript tools run once the Bun worker lands (issue 17); until then xcsh-run does not load "
+            f"{tool.name}. `xcsh-run new {name}` makes a Python tool that runs today."
+        )
+        return
+    from ._fuzz_report import COMMANDS
+
+    run = f"xcsh-run run {name}" if name in COMMANDS else f"xcsh-run {name}"
+    typer.echo(f"try: {run} --text hello --repeat 2    (and: {run} --help)")
+    typer.echo(f"test: python -m pytest {test.relative_to(root)}")
