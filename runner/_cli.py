@@ -42,6 +42,7 @@ from ._cli_options import (
 )
 from ._cli_output import Status, emit_ndjson, print_text, source_label, warn
 from ._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_QUEUE_TIMEOUT
+from ._envs import show_builds_on_stderr
 from ._errors import RunnerError
 from ._fuzz_report import COMMANDS, FuzzReport
 from ._host import open_runner
@@ -464,6 +465,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _main(argv: list[str]) -> None:
+    show_builds_on_stderr()  # a tool's first run may build its environment: say so while it happens
     try:
         app(args=list(_with_default_command(argv)), prog_name="xcsh-run")
     except KeyboardInterrupt:
