@@ -179,7 +179,6 @@ def show_builds_on_stderr() -> None:
 
     Not where the records reach stderr anyway: ``serve`` logs through the root logger's handler.
     """
-
     if any(getattr(h, "xcsh_run_builds", False) for h in log.handlers):
         return  # once per process, however often the CLI's main runs in it
 
@@ -361,7 +360,9 @@ async def for_module(candidate: Candidate, cache_dir: str | None) -> ToolEnv | N
         return None
 
     try:
-        meta = await trio.to_thread.run_sync(read)
+        # On the trio thread, as the registry's own stat: one small file, read
+        # faster than a thread hop (and no thread for a mock clock to jump over).
+        meta = read()
     except ScriptMetaError as exc:
         raise EnvError(str(exc), deterministic=True) from None
     if meta is None:

@@ -188,6 +188,20 @@ def test_a_tool_with_dependencies_runs_at_strict(project: Project) -> None:
     assert Path(got["prefix"]).parent == project.envs
 
 
+def test_a_half_built_environment_is_built_again_not_used(project: Project, tmp_path: Path) -> None:
+    # What a build killed halfway leaves: the folder, no interpreter yet, no marker.
+    name = Path(str(seen(project.run("six_a"))["prefix"])).name
+    cache = tmp_path / "cache"
+    shutil.copytree(Path(project.env["XDG_CACHE_HOME"]), cache, symlinks=True)
+    half = cache / "xcsh-run" / "envs" / name
+    (half / "xcsh-run-env.json").unlink()
+    (half / "bin" / "python").unlink()
+    proc = cli("six_a", cwd=project.root, env={**project.env, "XDG_CACHE_HOME": str(cache)})
+    assert seen(proc) == {"prefix": str(half), "six": "1.16.0"}
+    assert BUILD_LINE + "six_a (six==1.16.0)" in proc.stderr
+    assert (half / "xcsh-run-env.json").is_file()
+
+
 def test_an_install_that_fails_when_a_call_needs_it_is_a_load_error(project: Project, tmp_path: Path) -> None:
     # The module cache knows six_a, so the call itself starts its worker; its
     # environment is gone and the index unreachable: the call's result says why.
