@@ -19,9 +19,7 @@ its distribution's.
 
 from __future__ import annotations
 
-import platform
 import re
-import tomllib
 from typing import Any, Final
 
 import msgspec
@@ -82,6 +80,8 @@ def parse(text: str, path: str) -> ScriptMeta | None:
             f"{path}: line {lines[1]}: a second `# /// script` block (the first is at line {lines[0]}); "
             "PEP 723 allows one, merge them"
         )
+    import tomllib  # here: most modules have no block, and a cold CLI should not pay for the parser
+
     line = lines[0]
     content = "".join(
         row[2:] if row.startswith("# ") else row[1:] for row in blocks[0].group("content").splitlines(keepends=True)
@@ -111,6 +111,8 @@ def _toml_problem(message: str, line: int) -> str:
 
 
 def _fields(data: dict[str, Any], path: str, line: int) -> ScriptMeta | None:
+    import platform
+
     from packaging.requirements import InvalidRequirement, Requirement
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
