@@ -222,6 +222,19 @@ def test_an_install_that_fails_when_a_call_needs_it_is_a_load_error(project: Pro
     assert not any(p.is_dir() for p in (cache / "xcsh-run" / "envs").iterdir())  # the half-built one is removed
 
 
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_each_installer_builds_a_working_environment(index: None, installer: str, tmp_path: Path) -> None:
+    if installer == "uv" and shutil.which("uv") is None:
+        pytest.skip("uv is not on PATH here (pip builds every other test's environments)")
+    _write_tool(tmp_path, "six_a", tool("six_a", ["six==1.16.0"]))
+    proc = cli("six_a", cwd=tmp_path, env={**os.environ, "XCSH_RUN_ENV_INSTALLER": installer})
+    got = seen(proc)
+    assert got["six"] == "1.16.0"
+    assert f"): {'uv pip' if installer == 'uv' else 'pip'} install six==1.16.0 msgspec==" in proc.stderr
+    marker = json.loads((Path(str(got["prefix"])) / "xcsh-run-env.json").read_text())
+    assert marker["installer"] == installer
+
+
 def _write_tool(folder: Path, name: str, text: str) -> Path:
     tools = folder / ".xcsh" / "tools"
     tools.mkdir(parents=True, exist_ok=True)
