@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 BENCH_STAMP := $(VENV)/.bench-installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: setup run test stress check docs lint fuzz bench conformance clean
+.PHONY: setup run test stress check docs lint fuzz bench conformance wheel clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "xcsh-run needs Python 3.11+, found " + sys.version.split()[0]'
@@ -68,5 +68,13 @@ bench: $(BENCH_STAMP)
 conformance: $(STAMP)
 	$(BIN)/python tests/conformance/run.py $(CONFORMANCE_ARGS)
 
+## A wheel of xcsh-run in dist/, to install anywhere: pip install dist/xcsh_run-*.whl (docs/install.md).
+## Built with the venv's setuptools (no build isolation): no network needed.
+wheel: $(STAMP)
+	rm -rf dist/xcsh_run-*.whl build
+	$(BIN)/python -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation -w dist .
+	rm -rf build
+	@ls dist/xcsh_run-*.whl
+
 clean:
-	rm -rf .cache/conformance $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info
+	rm -rf .cache/conformance $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info build dist

@@ -7,6 +7,9 @@ loaded (entry-point module name and factory). Any change to the file, even one
 that keeps its size and mtime, gives a new fingerprint. Sibling helper modules
 a tool imports are not part of it: after editing only a helper, touch the tool
 or clear the cache (``~/.cache/xcsh-run``).
+A module's PEP 723 ``# /// script`` block is part of its content, and the
+environment it selects is made from this interpreter (``runner._envs``), so
+the fingerprint also settles which environment the module's tools come from.
 
 The cache is an optimisation and never a source of failure: a corrupt entry
 or an unwritable directory is ignored with a warning, and the module is

@@ -44,6 +44,7 @@ from ._cli_options import (
 from ._cli_output import Status, emit_ndjson, print_text, source_label, suggest_command, warn
 from ._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT
 from ._discovery import project_root
+from ._envs import show_builds_on_stderr
 from ._fuzz_report import COMMANDS
 from ._host import open_runner
 from ._results import ToolResult
@@ -275,6 +276,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _main(argv: list[str]) -> None:
+    show_builds_on_stderr()  # a tool's first run may build its environment: say so while it happens
     try:
         app(args=_with_default_command(argv), prog_name="xcsh-run")
     except KeyboardInterrupt:

@@ -16,6 +16,7 @@ import trio
 
 from . import _forkserver as forkserver
 from ._boundary import Boundary, CgroupRoot
+from ._envs import ToolEnv, readable_for_drop
 from ._errors import WorkerStartupError
 from ._faults import fault_point
 from ._forkserver import ForkServer
@@ -96,17 +97,23 @@ class ProcessFactory:
             cpu_seconds=policy.cpu_seconds if contained else None,
         )
 
-    async def start(self, policy: SandboxPolicy, module: str | None, *, has_ui: bool) -> WorkerProcess:
+    async def start(
+        self, policy: SandboxPolicy, module: str | None, *, has_ui: bool, tool_env: ToolEnv | None = None
+    ) -> WorkerProcess:
         """A started worker under ``policy``, in its own boundary and private workdir.
 
         ``module`` names the tool module for strict's Landlock rules (the
-        project directory stands in for a spare, ``module`` None). Raises what
-        :meth:`WorkerProcess.start` raises, WorkerStartupError for a host-side
-        failure (no disk for the workdir, no cgroup), or ConfigError for a bad policy.
+        project directory stands in for a spare, ``module`` None). With
+        ``tool_env`` the worker runs on that environment's interpreter, started
+        anew (a zygote runs the host's), and strict lets it read the environment.
+        Raises what :meth:`WorkerProcess.start` raises, WorkerStartupError for a
+        host-side failure (no disk for the workdir, no cgroup), or ConfigError for a bad policy.
         """
         module = module if module is not None else self._cwd
         # Before anything is made for the worker: this waits (bounded) for a zygote still importing.
-        server = self._forkserver(policy)
+        server = self._forkserver(policy) if tool_env is None else None
+        if tool_env is not None:
+            policy = policy.replace(extra_read_paths=(*policy.extra_read_paths, tool_env.path))
         if server is not None and not await server.ready():
             server = None
         workdir: Path | None = None
@@ -116,6 +123,8 @@ class ProcessFactory:
                 workdir = make_workdir()
             env = build_env(policy, self._env, workdir)
             config = worker_config(policy, self._probe, module=module, cwd=self._cwd, workdir=workdir, env=env)
+            if tool_env is not None:
+                config = readable_for_drop(config, tool_env)
             if workdir is not None and config.drop_uid is not None and config.drop_gid is not None:
                 try:
                     hand_over_workdir(workdir, config.drop_uid, config.drop_gid)
@@ -154,6 +163,7 @@ class ProcessFactory:
             on_notification=self.on_notification,
             teardown=self.teardown,
             forkserver=server,
+            python=tool_env.python if tool_env is not None else None,
         )
 
     async def aclose(self) -> None:

@@ -38,6 +38,7 @@ import trio
 
 from worker import _protocol as p
 
+from ._envs import ToolEnv
 from ._errors import ConfigError, RemoteProtocolError, WorkerError
 from ._housekeeping import Housekeeping
 from ._sandbox import MiB, SandboxPolicy
@@ -50,8 +51,12 @@ R = TypeVar("R")
 class WorkerFactory(Protocol):
     """Starts workers for the pool; the seam where tests put fake workers."""
 
-    async def start(self, policy: SandboxPolicy, module: str | None, *, has_ui: bool) -> PoolWorker:
+    async def start(
+        self, policy: SandboxPolicy, module: str | None, *, has_ui: bool, tool_env: ToolEnv | None = None
+    ) -> PoolWorker:
         """A started worker under ``policy``; ``module`` None for a spare (no module yet).
+
+        ``tool_env``: the module's own environment (``runner._envs``), whose interpreter it runs on.
 
         Raises OSError, WorkerError, RemoteProtocolError or ConfigError; the
         worker is gone before it raises or is cancelled.
@@ -229,18 +234,27 @@ class WorkerPool:
         slot.state = SlotState.BUSY
 
     async def start_loaded(
-        self, module: str, policy: SandboxPolicy, load: Callable[[PoolWorker], Awaitable[R]]
+        self,
+        module: str,
+        policy: SandboxPolicy,
+        load: Callable[[PoolWorker], Awaitable[R]],
+        tool_env: ToolEnv | None = None,
     ) -> tuple[Slot, R]:
         """A spare (or a new worker) under ``policy`` given ``module``, and what ``load(worker)`` returned.
 
         The slot is LOADING: :meth:`occupy` or :meth:`release` it. On any
         failure, and on cancellation, the worker is retired (shielded) first.
+        A module with its own environment (``tool_env``) always gets a new
+        worker on that environment's interpreter: spares run the host's.
         """
         slot: Slot | None = None
         ok = False
         self.starting += 1
         try:
-            slot = self._take_spare(policy)
+            if tool_env is not None:
+                slot = await self._start(policy, module, tool_env)
+            else:
+                slot = self._take_spare(policy)
             if slot is None and policy in self._spawning_spares:
                 # A spare is already on its way (started with the runner,
                 # overlapping discovery): waiting for it is never slower
@@ -409,9 +423,12 @@ class WorkerPool:
                 log.warning("could not start a spare worker: %s", exc)
         return None
 
-    async def _start(self, policy: SandboxPolicy, module: str | None) -> Slot:
+    async def _start(self, policy: SandboxPolicy, module: str | None, tool_env: ToolEnv | None = None) -> Slot:
         has_ui = self.has_ui
-        worker = await self.factory.start(policy, module, has_ui=has_ui)
+        if tool_env is None:  # a factory that knows no environments (a test's fake) is called as before
+            worker = await self.factory.start(policy, module, has_ui=has_ui)
+        else:
+            worker = await self.factory.start(policy, module, has_ui=has_ui, tool_env=tool_env)
         slot = self._slots[worker] = Slot(worker, policy, module or "", has_ui=has_ui)
         self.started += 1
         return slot

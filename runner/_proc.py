@@ -108,6 +108,7 @@ class WorkerProcess:
         on_notification: NotificationHandler | None = None,
         teardown: TeardownStats | None = None,
         forkserver: ForkServer | None = None,
+        python: str | None = None,
     ) -> WorkerProcess:
         """Spawn a worker, attach it to ``boundary`` and run the handshake.
 
@@ -123,7 +124,7 @@ class WorkerProcess:
         """
         process = SupervisedProcess(
             module=module, boundary=boundary, workdir=workdir, output_limit=output_limit, teardown=teardown,
-            forkserver=forkserver,
+            forkserver=forkserver, python=python,
         )  # fmt: skip
         self = cls(process, max_frame_bytes=max_frame_bytes)
         # Before the worker can say anything: a factory may already use the UI or the logger.

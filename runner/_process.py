@@ -110,10 +110,13 @@ class SupervisedProcess(ResourceUse):
         output_limit: int | None = None,
         teardown: TeardownStats | None = None,
         forkserver: ForkServer | None = None,
+        python: str | None = None,
     ) -> None:
         self.module = module
         # Forks the worker when it can (``runner._forkserver``); Popen otherwise.
         self.forkserver = forkserver
+        # A Popen'd worker's interpreter: a tool environment's (``runner._envs``; never with a zygote), or ours.
+        self.python = python or sys.executable
         self.boundary = boundary
         self.workdir = workdir
         self.output = OutputCapture(output_limit, self.kill_tree)
@@ -176,7 +179,7 @@ class SupervisedProcess(ResourceUse):
             for fd in (to_w, from_w) if pipe_bytes > _DEFAULT_PIPE_BYTES else ():
                 with contextlib.suppress(OSError):  # best effort: over the user's pipe pages, say
                     fcntl.fcntl(fd, _F_SETPIPE_SZ, pipe_bytes)
-            argv = [sys.executable, "-I", "-m", "worker", "--fd-in", str(to_r), "--fd-out", str(from_w)]
+            argv = [self.python, "-I", "-m", "worker", "--fd-in", str(to_r), "--fd-out", str(from_w)]
             fault_point("popen")
             forked = self.forkserver.try_fork(cwd, env, (to_r, from_w, out_w, err_w)) if self.forkserver else None
             # Blocking on purpose, on the trio thread: see Rule 1 above.

@@ -19,6 +19,7 @@ import trio
 
 from worker import _protocol as p
 
+from . import _envs as envs
 from ._cache import CachedLoad, ModuleCache, fingerprint
 from ._config import RunnerConfig
 from ._discovery import Candidate, Discovery, Shadowed, ToolSource, collect, locate_project, walk
@@ -320,8 +321,10 @@ class ToolRegistry:
             return await started.call(p.LOAD, _load_params(candidate))
 
         try:
+            # Before the load's timeout: a first build of the module's own environment takes a while.
+            tool_env = await envs.for_module(candidate, self._config.cache_dir)
             with trio.move_on_after(timeout):
-                slot, result = await self._pool.start_loaded(module, policy, load)
+                slot, result = await self._pool.start_loaded(module, policy, load, tool_env)
                 slot.loaded = result
                 return slot, result
             raise LoadFailed(
@@ -329,6 +332,8 @@ class ToolRegistry:
                 "it may loop or block at import time",
                 _tail(worker),
             )
+        except envs.EnvError as exc:  # its `# /// script` block, or an installer's failure (not cached)
+            raise LoadFailed(str(exc), deterministic=exc.deterministic) from None
         except RemoteError as exc:
             # The module itself refused to load: the same file will fail the same way.
             raise LoadFailed(exc.error.message, _tail(worker), deterministic=True) from None

@@ -57,6 +57,8 @@ RANKS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "runner._output",
             "runner._teardown",
             "runner._signals",
+            "runner._envs",
+            "runner._script_meta",
         ),
     ),
     # WorkerProcess: the trio adapter over the protocol's connection.

@@ -1,0 +1,371 @@
+"""Environments for tools with their own dependencies (a PEP 723 block, ``runner._script_meta``).
+
+How the questions such an environment raises are settled:
+
+1. **One environment per dependency set**, in ``<cache>/envs/<key>``, where the
+   key digests the normalised set, the base interpreter (its real path and
+   full version) and the folder of the worker package: two tools that ask for
+   the same set share one, and an xcsh-run installed elsewhere (another
+   checkout, another version of the worker) never uses this one's.
+2. **Made from the host's base interpreter**, so that the worker's own code
+   runs in it unchanged: ``uv venv`` and ``uv pip install`` when ``uv`` is on
+   PATH, else ``python -m venv --without-pip`` and the host's ``pip --python``
+   (``XCSH_RUN_ENV_INSTALLER=uv|pip`` chooses).
+3. **The worker is importable, nothing else of xcsh-run is**: a ``.pth`` file
+   in the environment's site-packages names a private folder that holds only a
+   ``worker`` symlink to the host's worker package (``runner`` stays off the
+   tool's path; ``python -I`` still reads ``.pth`` files). msgspec, which the
+   worker needs, is *installed*, pinned to the host's version, as part of the
+   set: a tool that asks for a conflicting msgspec fails in the resolver, with
+   its message, instead of running the worker on a msgspec it was not built
+   for (a linked host msgspec would be shadowed by the tool's own copy).
+4. **Never half-built**: an environment is used only once its marker file
+   exists, which the build writes last (write, then rename), after checking
+   that the environment's interpreter imports the worker and msgspec from the
+   right places. Builds of one key are serialised by a lock file (``flock``,
+   released by the kernel if a builder dies); a builder that finds a folder
+   without a marker (a build that died) removes it and builds afresh.
+5. **Bounded and killable**: each build step runs in its own session, and a
+   cancellation or an overrun of ``BUILD_SECONDS`` kills its whole process group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import functools
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import signal
+import stat
+import sys
+import sysconfig
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Final
+
+import msgspec
+import trio
+
+from worker import _protocol as p
+
+from . import _script_meta as script_meta
+from ._cache import default_dir
+from ._discovery import Candidate
+from ._script_meta import ScriptMeta, ScriptMetaError
+
+log: Final = logging.getLogger("xcsh_run.envs")
+
+FORMAT: Final = 1  # part of every key: bumped when what an environment holds changes shape
+BUILD_SECONDS: Final = 900.0
+MARKER: Final = "xcsh-run-env.json"
+INSTALLER_ENV: Final = "XCSH_RUN_ENV_INSTALLER"
+_LINK_DIR: Final = "xcsh-run-worker"
+_PTH: Final = "_xcsh_run_worker.pth"
+_TAIL_LINES: Final = 15
+_TAIL_CHARS: Final = 3000
+_LOCK_POLL: Final = 0.1
+
+
+class EnvError(Exception):
+    """The environment could not be made; the message says why (the installer's output) and how to fix it.
+
+    ``deterministic``: the module's own block is at fault, and will be until it changes (worth caching).
+    """
+
+    def __init__(self, message: str, *, deterministic: bool = False) -> None:
+        super().__init__(message)
+        self.deterministic = deterministic
+
+
+class ToolEnv(msgspec.Struct, frozen=True):
+    """A ready environment: the interpreter a tool's worker runs on, and the folder strict must let it read."""
+
+    key: str
+    path: str
+    python: str
+    requirements: tuple[str, ...]
+
+
+def base_python() -> str:
+    """The interpreter the host's own one was made from (the host's, outside a venv), real path."""
+    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+
+
+@functools.cache
+def _worker_dir() -> str:
+    import worker
+
+    return os.path.realpath(os.path.dirname(worker.__file__))
+
+
+def requirements(meta: ScriptMeta) -> tuple[str, ...]:
+    """What is installed: the tool's set and the worker's msgspec, at the host's version (rule 3)."""
+    return (*meta.dependencies, f"msgspec=={msgspec.__version__}")
+
+
+def plan(meta: ScriptMeta, cache_root: Path) -> ToolEnv:
+    """Where the environment for ``meta`` is (or will be); nothing is read or made."""
+    reqs = requirements(meta)
+    h = hashlib.sha256(f"{FORMAT}\0{base_python()}\0{sys.version}\0{_worker_dir()}\0".encode())
+    h.update("\0".join(reqs).encode())
+    key = h.hexdigest()[:24]
+    path = cache_root / "envs" / key
+    return ToolEnv(key=key, path=str(path), python=str(path / "bin" / "python"), requirements=reqs)
+
+
+def ready(env: ToolEnv) -> bool:
+    return os.path.isfile(os.path.join(env.path, MARKER))
+
+
+async def ensure(meta: ScriptMeta, cache_root: Path, *, label: str) -> ToolEnv:
+    """The environment for ``meta``, built first if need be (``label`` names the tool in progress lines).
+
+    Raises EnvError. Safe against other processes building the same one (rule 4).
+    """
+    env = plan(meta, cache_root)
+    if ready(env):
+        return env
+    try:
+        with trio.fail_after(BUILD_SECONDS):
+            async with _locked(Path(env.path + ".lock"), label):
+                if not ready(env):  # another process may have built it while we waited
+                    await _build(env, meta, label)
+    except trio.TooSlowError:
+        raise EnvError(
+            f"{meta.path}: building the environment for its `# /// script` block took over "
+            f"{BUILD_SECONDS:g} s and was stopped; check the network and the package index, then run again"
+        ) from None
+    return env
+
+
+@contextlib.asynccontextmanager
+async def _locked(path: Path, label: str) -> AsyncIterator[None]:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise EnvError(
+            f"cannot create tool environments in {path.parent} ({exc.strerror}); make it writable, "
+            "or point XDG_CACHE_HOME at a writable folder"
+        ) from None
+    try:
+        said = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise EnvError(f"cannot lock {path}: {exc.strerror}") from None
+            if not said:
+                log.info("waiting for another xcsh-run that is building the environment %s for %s", path.stem, label)
+                said = True
+            # Polled, not a blocking flock in a thread: a cancelled wait must not leave a thread holding the lock.
+            await trio.sleep(_LOCK_POLL)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def show_builds_on_stderr() -> None:
+    """The CLI's progress lines: each build's start and end, as ``xcsh-run: ...`` lines on stderr.
+
+    Not where the records reach stderr anyway: ``serve`` logs through the root logger's handler.
+    """
+    if any(getattr(h, "xcsh_run_builds", False) for h in log.handlers):
+        return  # once per process, however often the CLI's main runs in it
+
+    def not_shown_otherwise(record: logging.LogRecord) -> bool:
+        return not (logging.getLogger("xcsh_run").propagate and logging.getLogger().handlers)
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("xcsh-run: %(message)s"))
+    handler.addFilter(not_shown_otherwise)
+    handler.xcsh_run_builds = True  # type: ignore[attr-defined]
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+
+
+def _installer() -> str:
+    chosen = os.environ.get(INSTALLER_ENV, "").strip().lower()
+    if chosen not in ("", "uv", "pip"):
+        raise EnvError(f"{INSTALLER_ENV} must be uv or pip, got {chosen!r}")
+    if chosen == "uv" or (not chosen and shutil.which("uv")):
+        if not shutil.which("uv"):
+            raise EnvError(f"{INSTALLER_ENV}=uv, but no `uv` is on PATH; install uv or unset {INSTALLER_ENV}")
+        return "uv"
+    if importlib.util.find_spec("pip") is None:
+        raise EnvError(
+            "a tool's `# /// script` dependencies need an installer: put `uv` on PATH "
+            f"(https://docs.astral.sh/uv/), or install pip into {sys.prefix}"
+        )
+    return "pip"
+
+
+def _commands(installer: str, env: ToolEnv) -> list[tuple[list[str], str]]:
+    """Each step's argv, and how a person would type it."""
+    install = f"{'uv pip' if installer == 'uv' else 'pip'} install {' '.join(env.requirements)}"
+    if installer == "uv":
+        uv = shutil.which("uv") or "uv"
+        return [
+            ([uv, "venv", "--quiet", "--python", base_python(), env.path], f"uv venv {env.path}"),
+            ([uv, "pip", "install", "--python", env.python, "--", *env.requirements], install),
+        ]
+    # -I: neither the host's PYTHONPATH nor a pip.py in the current folder takes part.
+    return [
+        ([sys.executable, "-I", "-m", "venv", "--without-pip", env.path], f"python -m venv {env.path}"),
+        ([sys.executable, "-I", "-m", "pip", "--python", env.python, "install", "--no-input",
+          "--disable-pip-version-check", "--progress-bar", "off", "--", *env.requirements], install),
+    ]  # fmt: skip
+
+
+async def _build(env: ToolEnv, meta: ScriptMeta, label: str) -> None:
+    installer = _installer()
+    steps = _commands(installer, env)
+    started = time.monotonic()
+    log.info("building environment for %s (%s): %s", label, ", ".join(meta.dependencies), steps[-1][1])
+    await trio.to_thread.run_sync(_remove, env.path)  # what a build that died left
+    for argv, typed in steps:
+        await _step(argv, typed, meta, env)
+    await trio.to_thread.run_sync(_link_worker, env)
+    await _check(env, meta)
+    await trio.to_thread.run_sync(_mark_ready, env, meta, installer)
+    log.info("built environment for %s in %.1f s: %s", label, time.monotonic() - started, env.path)
+
+
+def _mark_ready(env: ToolEnv, meta: ScriptMeta, installer: str) -> None:
+    marker = {"requirements": list(env.requirements), "installer": installer, "python": base_python(),
+              "built": time.time(), "for": meta.path}  # fmt: skip
+    tmp = os.path.join(env.path, f".{MARKER}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(marker, f, indent=1)
+    os.replace(tmp, os.path.join(env.path, MARKER))  # last: from here on it is used (rule 4)
+
+
+def _remove(path: str) -> None:
+    if os.path.lexists(path):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+async def _step(argv: Sequence[str], typed: str, meta: ScriptMeta, env: ToolEnv) -> None:
+
+    async def kill_group(proc: trio.Process) -> None:
+        # The installer's own children (build backends) die with it (rule 5).
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    try:
+        done = await trio.run_process(
+            list(argv), capture_stdout=True, capture_stderr=True, check=False, stdin=b"",
+            start_new_session=True, deliver_cancel=kill_group,
+        )  # fmt: skip
+    except OSError as exc:
+        raise EnvError(f"{meta.path}: could not run {argv[0]} to build its environment: {exc}") from None
+    if done.returncode != 0:
+        await trio.to_thread.run_sync(_remove, env.path)
+        output = (done.stderr or done.stdout).decode(errors="replace")
+        raise EnvError(
+            f"{meta.path}: could not install the dependencies of its `# /// script` block (line {meta.line}): "
+            f"`{typed}` failed with exit status {done.returncode}:\n{tail(output)}\n"
+            "Fix the block's `dependencies` (names and versions as the package index has them; the environment "
+            f"also needs msgspec=={msgspec.__version__}, which xcsh-run's worker runs on), then run again."
+        )
+
+
+def tail(output: str) -> str:
+    """The last lines of an installer's output, where its reason is."""
+    lines = [line for line in output.strip().splitlines() if line.strip()]
+    text = "\n".join("  " + line for line in lines[-_TAIL_LINES:])
+    return text[-_TAIL_CHARS:]
+
+
+def _site_packages(env: ToolEnv) -> str:
+    return sysconfig.get_path("purelib", scheme="venv", vars={"base": env.path, "platbase": env.path})
+
+
+def _link_worker(env: ToolEnv) -> None:
+    """The private folder with only the worker in it, and the ``.pth`` file that puts it on sys.path (rule 3)."""
+    link_dir = os.path.join(env.path, _LINK_DIR)
+    os.makedirs(link_dir, exist_ok=True)
+    os.symlink(_worker_dir(), os.path.join(link_dir, "worker"))
+    with open(os.path.join(_site_packages(env), _PTH), "w", encoding="utf-8") as f:
+        f.write(link_dir + "\n")
+
+
+async def _check(env: ToolEnv, meta: ScriptMeta) -> None:
+    """The environment's interpreter imports our worker and msgspec, or the environment is not used."""
+    probe = "import json, msgspec, worker; print(json.dumps([worker.__file__, msgspec.__version__]))"
+    done = await trio.run_process(
+        [env.python, "-I", "-c", probe], capture_stdout=True, capture_stderr=True, check=False, stdin=b""
+    )
+    problem = done.stderr.decode(errors="replace").strip()
+    if done.returncode == 0:
+        where, version = json.loads(done.stdout)
+        if not where.startswith(os.path.join(env.path, _LINK_DIR) + os.sep):
+            problem = (
+                f"a dependency installs a top-level `worker` module ({where}), which hides xcsh-run's worker; "
+                "tools cannot use such a package"
+            )
+        elif version != msgspec.__version__:
+            problem = f"it has msgspec {version}, xcsh-run's worker needs {msgspec.__version__}"
+        else:
+            return
+    await trio.to_thread.run_sync(_remove, env.path)
+    raise EnvError(f"{meta.path}: the environment built for its `# /// script` block is not usable: {tail(problem)}")
+
+
+def readable_for_drop(config: p.SandboxConfig, env: ToolEnv) -> p.SandboxConfig:
+    """``config``, without strict's drop to an unprivileged uid if that uid could not reach ``env``.
+
+    As for a tool module nobody can read (``_sandbox.worker_config``): the worker
+    then stays the host's uid, without capabilities, rather than not starting.
+    """
+    if config.drop_uid is None or _reachable_by_all(env.path):
+        return config
+    return msgspec.structs.replace(config, drop_uid=None, drop_gid=None)
+
+
+def _reachable_by_all(path: str) -> bool:
+    real = Path(os.path.realpath(path))
+    try:
+        if not all(parent.stat().st_mode & stat.S_IXOTH for parent in real.parents):
+            return False
+        return real.stat().st_mode & (stat.S_IROTH | stat.S_IXOTH) == stat.S_IROTH | stat.S_IXOTH
+    except OSError:
+        return False
+
+
+async def for_module(candidate: Candidate, cache_dir: str | None) -> ToolEnv | None:
+    """The environment of a tool module, built if need be; None if it needs none (no ``# /// script`` block).
+
+    ``cache_dir`` is the runner's (None: the default). Raises EnvError, with
+    ``deterministic`` set for a malformed block. An unreadable module is None:
+    its worker's own load says why. An installed plugin's dependencies are its
+    distribution's: None.
+    """
+    if candidate.module is not None:
+        return None
+    resolved = candidate.resolved
+
+    def read() -> ScriptMeta | None:
+        with contextlib.suppress(OSError):
+            return script_meta.read(script_meta.module_source(resolved, os.path.isdir(resolved)))
+        return None
+
+    try:
+        # On the trio thread, as the registry's own stat: one small file, read
+        # faster than a thread hop (and no thread for a mock clock to jump over).
+        meta = read()
+    except ScriptMetaError as exc:
+        raise EnvError(str(exc), deterministic=True) from None
+    if meta is None:
+        return None
+    root = Path(cache_dir) if cache_dir is not None else default_dir()
+    return await ensure(meta, root, label=candidate.name)
