@@ -172,3 +172,44 @@ class RunnerConfig:
     def policy_for(self, tool: str) -> SandboxPolicy:
         """The sandbox policy a tool runs under (its own, else the runner's)."""
         return self.tool_policies.get(tool, self.sandbox)
+
+
+class RunnerSettings:
+    """The runner's configuration, read-only: the part of :class:`Runner`'s surface that only reads ``config``."""
+
+    config: RunnerConfig
+
+    @property
+    def cwd(self) -> str:
+        """The project directory (absolute), which tools see as ``api.cwd``."""
+        assert self.config.cwd is not None
+        return self.config.cwd
+
+    @property
+    def sandbox(self) -> SandboxPolicy:
+        """The runner's default sandbox policy."""
+        return self.config.sandbox
+
+    @property
+    def default_timeout(self) -> float:
+        """Seconds a call may run when neither the caller, the policy nor the tool gives a timeout."""
+        return self.config.default_timeout
+
+    @property
+    def grace(self) -> float:
+        """Seconds a cancelled worker gets between ``$/cancel`` and the kill."""
+        return self.config.grace
+
+    @property
+    def load_timeout(self) -> float:
+        """Seconds a module may take to load."""
+        return self.config.load_timeout
+
+    @property
+    def max_frame_bytes(self) -> int:
+        """The largest protocol frame either side accepts."""
+        return self.config.max_frame_bytes
+
+    def policy_for(self, name: str) -> SandboxPolicy:
+        """The sandbox policy a tool runs under (its own, else the runner's)."""
+        return self.config.policy_for(name)

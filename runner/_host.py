@@ -41,6 +41,7 @@ from ._config import (
     DEFAULT_QUEUE_TIMEOUT,
     DEFAULT_SPARE_WORKERS,
     RunnerConfig,
+    RunnerSettings,
 )
 from ._config import DEFAULT_GRACE as DEFAULT_GRACE
 from ._config import DEFAULT_LOAD_TIMEOUT as DEFAULT_LOAD_TIMEOUT
@@ -64,7 +65,7 @@ from ._workdir import sweep_stale_workdirs
 _HOUSEKEEPING_BOUND: Final = 15.0
 
 
-class Runner:
+class Runner(RunnerSettings):
     """Owns tool workers. Get one from :func:`open_runner`; it has no public constructor.
 
     Every call ends in exactly one :class:`ToolResult`; :meth:`call_tool`
@@ -118,13 +119,7 @@ class Runner:
             deadlines=DeadlineKeeper(self._housekeeping), queue_timeout=config.queue_timeout,
         )  # fmt: skip
 
-    # --- configuration ---------------------------------------------------------------
-
-    @property
-    def cwd(self) -> str:
-        """The project directory (absolute), which tools see as ``api.cwd``."""
-        assert self.config.cwd is not None
-        return self.config.cwd
+    # --- configuration (the rest: RunnerSettings) ---------------------------------
 
     @property
     def project_root(self) -> str:
@@ -134,35 +129,6 @@ class Runner:
         else ``cwd`` itself; tools still see ``cwd`` as ``api.cwd``.
         """
         return self._registry.project_root
-
-    @property
-    def sandbox(self) -> SandboxPolicy:
-        """The runner's default sandbox policy."""
-        return self.config.sandbox
-
-    @property
-    def default_timeout(self) -> float:
-        """Seconds a call may run when neither the caller, the policy nor the tool gives a timeout."""
-        return self.config.default_timeout
-
-    @property
-    def grace(self) -> float:
-        """Seconds a cancelled worker gets between ``$/cancel`` and the kill."""
-        return self.config.grace
-
-    @property
-    def load_timeout(self) -> float:
-        """Seconds a module may take to load."""
-        return self.config.load_timeout
-
-    @property
-    def max_frame_bytes(self) -> int:
-        """The largest protocol frame either side accepts."""
-        return self.config.max_frame_bytes
-
-    def policy_for(self, name: str) -> SandboxPolicy:
-        """The sandbox policy a tool runs under (its own, else the runner's)."""
-        return self.config.policy_for(name)
 
     # --- the registry --------------------------------------------------------------------
 

@@ -261,6 +261,12 @@ def test_an_unresolvable_requirement_is_a_load_error_quoting_the_resolver(index:
     assert list(errors) == ["missing_dep"]  # the other tool loads
     envs = Path(os.environ["XDG_CACHE_HOME"]) / "xcsh-run" / "envs"
     assert not any(p.is_dir() for p in envs.iterdir())  # nothing half-built is left to be used
+    # Run by name, the tool the failed module would define is its load error (exit 1), not "no such tool".
+    run = cli("missing_dep", "--json", cwd=tmp_path, env=dict(os.environ))
+    assert run.returncode == 1, (run.stdout, run.stderr)
+    error = json.loads(run.stdout)["error"]
+    assert error["kind"] == "load_error"
+    assert "xcsh-run-no-such-package-zz" in error["message"]
 
 
 def test_a_malformed_block_is_a_load_error_naming_the_line(tmp_path: Path) -> None:
