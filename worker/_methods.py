@@ -143,6 +143,7 @@ class SandboxConfig(msgspec.Struct, frozen=True, omit_defaults=True):
     read_paths: list[str] = []
     write_paths: list[str] = []
     exec_paths: list[str] = []
+    connect_ports: list[int] = []  # strict: outbound TCP to these ports only (Landlock ABI 4)
     drop_uid: int | None = None
     drop_gid: int | None = None
     best_effort: bool = False
