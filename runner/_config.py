@@ -18,6 +18,7 @@ from typing import Final
 from worker import _protocol as p
 
 from ._errors import ConfigError
+from ._grants import granted_policies
 from ._sandbox import SandboxPolicy
 
 DEFAULT_TIMEOUT: Final = 60.0
@@ -141,7 +142,14 @@ class RunnerConfig:
         fix(self, "cache_dir", _path_or_none(self.cache_dir))
         fix(self, "home", _path_or_none(self.home))
         fix(self, "builtin_tool_names", frozenset(self.builtin_tool_names))
-        fix(self, "tool_policies", MappingProxyType(dict(self.tool_policies)))
+        policies = dict(self.tool_policies)
+        if self.discover_sources:
+            # The user's grants from config files, as the CLI and serve discover every source (``_grants``).
+            sandbox, policies = granted_policies(
+                self.sandbox, policies, self.cwd or os.getcwd(), self.home or os.environ.get("HOME")
+            )
+            fix(self, "sandbox", sandbox)
+        fix(self, "tool_policies", MappingProxyType(policies))
         if self.env is not None:
             fix(self, "env", MappingProxyType(dict(self.env)))
         for label in ("default_timeout", "grace", "load_timeout"):

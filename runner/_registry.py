@@ -19,12 +19,14 @@ import msgspec
 import trio
 
 from worker import _protocol as p
+from worker._requires import Requires
 
 from ._cache import CachedLoad, ModuleCache, fingerprint
 from ._config import RunnerConfig
 from ._discovery import Candidate, Discovery, Shadowed, ToolSource, collect, walk
 from ._errors import ConfigError, RemoteProtocolError, WorkerDied, WorkerError, WorkerStartupError, describe_exit
 from ._faults import fault_point
+from ._grants import ungranted_note
 from ._pool import Slot, WorkerPool
 from ._proc import RemoteError
 from ._results import ErrorKind, ToolResult, error_result
@@ -72,6 +74,8 @@ class ToolInfo(msgspec.Struct, frozen=True):
     """MCP ToolAnnotations: ``title`` and the ``readOnlyHint``/``destructiveHint``/... hints."""
     icons: list[dict[str, Any]] | None = None
     """MCP icons: ``{"src", "mimeType"?, "sizes"?, "theme"?}``."""
+    requires: Requires | None = None
+    """What it declares it needs under ``strict`` (programs, paths, network); granted only by the user."""
 
 
 class LoadError(msgspec.Struct, frozen=True):
@@ -265,6 +269,11 @@ class ToolRegistry:
             self.errors.append(LoadError(info.module, message, info.source))
         else:
             self.tools[info.name] = info
+            folders = (os.path.dirname(info.module), self._cwd)
+            if (
+                note := ungranted_note(info.name, info.requires, self._config.policy_for(info.name), folders)
+            ) is not None:
+                self._warnings.append(note)
 
     async def _load_candidate(self, candidate: Candidate) -> _Outcome:
         path = candidate.resolved

@@ -23,6 +23,7 @@ def test_authoring_exports() -> None:
         "EmbeddedResource",
         "Icon",
         "ImageContent",
+        "Requires",
         "ResourceContents",
         "ResourceLink",
         "TextContent",

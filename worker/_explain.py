@@ -363,7 +363,11 @@ def _raised_in_socket_init(exc: BaseException) -> bool:
     tb = exc.__traceback__
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
-    return tb is not None and tb.tb_frame.f_code.co_name == "__init__" and tb.tb_frame.f_code.co_filename == socket.__file__
+    return (
+        tb is not None
+        and tb.tb_frame.f_code.co_name == "__init__"
+        and tb.tb_frame.f_code.co_filename == socket.__file__
+    )
 
 
 def explained(exc: OSError, text: str) -> OSError:

@@ -15,6 +15,7 @@ from typing import Any, Final, Generic, Literal, TypeVar, cast
 import msgspec
 
 from ._frames import DEFAULT_MAX_FRAME_BYTES
+from ._requires import Requires
 
 PROTOCOL_VERSION: Final = 1
 """Bumped on any incompatible change; checked in the ``initialize`` handshake."""
@@ -194,6 +195,7 @@ class ToolDescription(msgspec.Struct, frozen=True, omit_defaults=True):
     output_schema: dict[str, Any] | None = None
     annotations: dict[str, Any] | None = None
     icons: list[dict[str, Any]] | None = None
+    requires: Requires | None = None  # needs under strict, shown to the user, never granted by themselves
 
 
 class EntryError(msgspec.Struct, frozen=True):
