@@ -133,6 +133,8 @@ class RunnerConfig:
     spare_workers: int = DEFAULT_SPARE_WORKERS
     wanted_tool: str | None = None
     forkserver: bool = DEFAULT_FORKSERVER
+    # Not an option: what reading the config files had to say (``_grants``), for the runner's warnings.
+    grant_warnings: tuple[str, ...] = field(default=(), init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # Normalised in place (frozen: through object.__setattr__) so that two
@@ -145,10 +147,11 @@ class RunnerConfig:
         policies = dict(self.tool_policies)
         if self.discover_sources:
             # The user's grants from config files, as the CLI and serve discover every source (``_grants``).
-            sandbox, policies = granted_policies(
+            sandbox, policies, notes = granted_policies(
                 self.sandbox, policies, self.cwd or os.getcwd(), self.home or os.environ.get("HOME")
             )
             fix(self, "sandbox", sandbox)
+            fix(self, "grant_warnings", tuple(notes))
         fix(self, "tool_policies", MappingProxyType(policies))
         if self.env is not None:
             fix(self, "env", MappingProxyType(dict(self.env)))

@@ -21,12 +21,11 @@ to the folder that holds ``.xcsh/`` (the home folder for the user's file).
 
 from __future__ import annotations
 
-import logging
 import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import msgspec
 
@@ -35,7 +34,6 @@ from worker._requires import Requires
 from ._errors import ConfigError
 from ._sandbox import SandboxPolicy
 
-log: Final = logging.getLogger("xcsh_run")
 CONFIG_NAME: Final = "config.toml"
 _GRANT_KEYS: Final = ("allow_exec", "allow_read", "allow_write", "allow_connect")
 
@@ -103,8 +101,9 @@ def _read(path: Path, base: Path) -> ConfigFile | None:
     )
 
 
-def load(project: str, home: str | None) -> tuple[Grants, dict[str, Grants]]:
-    """The grants for every tool and per tool, from the user's file and a trusted project's."""
+def load(project: str, home: str | None) -> tuple[Grants, dict[str, Grants], list[str]]:
+    """The grants for every tool and per tool, from the user's file and a trusted project's; and warnings."""
+    warnings: list[str] = []
     files: list[ConfigFile] = []
     user = _read(Path(home) / ".xcsh" / CONFIG_NAME, Path(home)) if home else None
     if user is not None:
@@ -116,12 +115,10 @@ def load(project: str, home: str | None) -> tuple[Grants, dict[str, Grants]]:
         if trusted:
             files.append(own)
         elif own.sandbox or any(own.tools.values()):
-            log.warning(
-                "%s grants sandbox access that is ignored: a project's config file is honoured only when "
-                "trusted_projects in %s lists %s",
-                folder / ".xcsh" / CONFIG_NAME,
-                Path(home or "~") / ".xcsh" / CONFIG_NAME,
-                os.path.realpath(folder),
+            warnings.append(
+                f"{folder / '.xcsh' / CONFIG_NAME} grants sandbox access that is ignored: a project's config file "
+                f"is honoured only when trusted_projects in {Path(home or '~') / '.xcsh' / CONFIG_NAME} lists "
+                f"{os.path.realpath(folder)}"
             )
     every = Grants()
     per_tool: dict[str, Grants] = {}
@@ -129,18 +126,18 @@ def load(project: str, home: str | None) -> tuple[Grants, dict[str, Grants]]:
         every = every.add(config.sandbox)
         for name, grants in config.tools.items():
             per_tool[name] = per_tool.get(name, Grants()).add(grants)
-    return every, per_tool
+    return every, per_tool, warnings
 
 
 def granted_policies(
     sandbox: SandboxPolicy, tool_policies: Mapping[str, SandboxPolicy], project: str, home: str | None
-) -> tuple[SandboxPolicy, dict[str, SandboxPolicy]]:
-    """The runner's policy and per-tool policies with the config files' grants added."""
-    every, per_tool = load(project, home)
+) -> tuple[SandboxPolicy, dict[str, SandboxPolicy], list[str]]:
+    """The runner's policy and per-tool policies with the config files' grants added; and warnings."""
+    every, per_tool, warnings = load(project, home)
     policies = {name: every.onto(policy) for name, policy in tool_policies.items()}
     for name, grants in per_tool.items():
         policies[name] = grants.onto(policies.get(name, every.onto(sandbox)))
-    return every.onto(sandbox), policies
+    return every.onto(sandbox), policies, warnings
 
 
 # --- needs declared but not granted -------------------------------------------------------
@@ -172,15 +169,28 @@ def missing(requires: Requires, policy: SandboxPolicy, folders: tuple[str, ...] 
     return flags
 
 
-def ungranted_note(name: str, requires: Requires | None, policy: SandboxPolicy, folders: tuple[str, ...]) -> str | None:
+class Described(Protocol):
+    """A loaded tool (``ToolInfo``), as far as its needs go."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def module(self) -> str: ...
+    @property
+    def requires(self) -> Requires | None: ...
+
+
+def ungranted_note(tool: Described, policy: SandboxPolicy, project: str) -> str | None:
     """A warning for a tool whose declared needs ``policy`` does not grant; None when it grants them all.
 
     Such a tool still runs: it may need a grant on one path only, and what it
     is then denied says so in its error. Refusing would stop calls that work.
     """
-    flags = missing(requires, policy, folders) if requires is not None else []
+    folders = (os.path.dirname(tool.module), project)
+    flags = missing(tool.requires, policy, folders) if tool.requires is not None else []
     if not flags:
         return None
+    name = tool.name
     return (
         f"tool {name!r} declares needs the strict sandbox does not grant: {' '.join(flags)} "
         f"(or [tools.{name}] in ~/.xcsh/config.toml); it runs anyway, and an operation it is denied says so"

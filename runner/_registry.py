@@ -119,6 +119,7 @@ class ToolRegistry:
         self._pool = pool
         self._cache = cache
         self._warnings = warnings
+        warnings.extend(config.grant_warnings)  # a project's config file that was not read, and why
         self._builtins = config.builtin_tool_names
         self.tools: dict[str, ToolInfo] = {}
         self.errors: list[LoadError] = []
@@ -269,10 +270,7 @@ class ToolRegistry:
             self.errors.append(LoadError(info.module, message, info.source))
         else:
             self.tools[info.name] = info
-            folders = (os.path.dirname(info.module), self._cwd)
-            if (
-                note := ungranted_note(info.name, info.requires, self._config.policy_for(info.name), folders)
-            ) is not None:
+            if (note := ungranted_note(info, self._config.policy_for(info.name), self._cwd)) is not None:
                 self._warnings.append(note)
 
     async def _load_candidate(self, candidate: Candidate) -> _Outcome:
