@@ -45,6 +45,11 @@ def factory(api):
             sock = socket.socket()
             sock.bind(("127.0.0.1", 0))
             return "bound"
+        if op == "fastopen":
+            # TCP Fast Open: a connection (and data) from sendto, without connect().
+            sock = socket.socket()
+            sock.sendto(b"x", socket.MSG_FASTOPEN, ("127.0.0.1", params["port"]))
+            return "sent"
         if op == "udp":
             socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             return "udp socket"
@@ -157,9 +162,10 @@ def test_a_granted_port_connects_and_another_is_still_denied(tmp_path: Path, for
                 await call(tool, policy, forkserver, op="connect", port=other),
                 await call(tool, policy, forkserver, op="bind"),
                 await call(tool, policy, forkserver, op="udp"),
+                await call(tool, policy, forkserver, op="fastopen", port=other),
             ]
 
-        (ok, granted), (denied, refused), (bind_error, bind), (udp_error, udp) = trio.run(main)
+        (ok, granted), (denied, refused), (bind_error, bind), (udp_error, udp), (tfo_error, tfo) = trio.run(main)
     assert (ok, granted) == (False, GREETING.decode())
     assert accepted == [1]
     assert denied and "Permission denied" in refused
@@ -168,6 +174,8 @@ def test_a_granted_port_connects_and_another_is_still_denied(tmp_path: Path, for
     assert other_accepted == []
     assert bind_error and "the strict sandbox blocked bind to 127.0.0.1:0" in bind, bind
     assert udp_error and "the strict sandbox blocked creating a socket (AF_INET, type 2)" in udp, udp
+    assert tfo_error and tfo.startswith("[Errno 1] Operation not permitted"), tfo
+    assert other_accepted == []
 
 
 @needs_strict
