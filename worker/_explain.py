@@ -26,15 +26,20 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
-import socket
 import sys
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from . import _methods as m
+
+if TYPE_CHECKING:
+    import shutil
+    import socket
+else:
+    # Imported by install(), under strict only: every other worker starts without their cost.
+    shutil = socket = None
 
 _WRITE_FLAGS: Final = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _DENIED_ERRNOS: Final = (errno.EACCES, errno.EPERM)
@@ -82,9 +87,12 @@ _lookups: dict[int, tuple[str, int]] = {}
 
 def install(cfg: m.SandboxConfig) -> None:
     """Watch sensitive operations from now on (``strict`` only; once per process)."""
-    global _policy
+    global _policy, shutil, socket
     if cfg.level != "strict" or _policy is not None:
         return
+    import shutil
+    import socket
+
     _policy = _Policy(cfg)
     sys.addaudithook(_hook)
 
