@@ -81,7 +81,7 @@ def render_tools(tools: Sequence[ToolInfo], version: str) -> list[dict[str, Any]
         if version >= ICONS_SINCE and tool.icons:
             entry["icons"] = tool.icons
         if tool.requires is not None:
-            entry["_meta"] = {META_REQUIRES: msgspec.to_builtins(tool.requires)}
+            entry["_meta"] = {META_REQUIRES: msgspec.json.decode(msgspec.json.encode(tool.requires))}
         rendered.append(entry)
     return rendered
 

@@ -67,7 +67,8 @@ class SandboxPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             the tool keeps the host's uid and can read and write what it can.
         ``strict``: ``contained`` plus a filesystem allow-list (Landlock), no
             network (seccomp allows no socket but AF_UNIX socketpairs; Landlock
-            denies TCP; optionally an empty network namespace), no new
+            denies TCP; optionally an empty network namespace) but outbound TCP
+            to the ports ``allow_connect`` grants, no new
             privileges, no capabilities (as root), no ptrace, mount,
             namespaces, io_uring or BPF.
 

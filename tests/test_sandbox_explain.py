@@ -327,3 +327,31 @@ def test_allow_connect_without_landlock_tcp_rules_is_refused_unless_best_effort(
         check(policy, old_kernel)
     unenforced = check(policy.replace(best_effort=True), old_kernel)
     assert any("the granted ports stay closed" in item for item in unenforced)
+
+
+def test_mcp_tools_list_carries_requires_in_meta(tmp_path: Path) -> None:
+    from runner._mcp_render import META_REQUIRES, render_tools
+
+    tool = write_tool(tmp_path / "tools", needed_port=8443)
+
+    async def main() -> list[dict[str, Any]]:
+        with trio.fail_after(30):
+            async with make_runner(tool) as runner:
+                return render_tools(runner.tools, "2025-11-25")
+
+    (entry,) = [t for t in trio.run(main) if t["name"] == "probe"]
+    assert entry["_meta"][META_REQUIRES] == {"programs": ["git"], "read": ["/etc/hostname"], "network": ["tcp:8443"]}
+
+
+@pytest.mark.parametrize(
+    ("flags", "fragment"),
+    [
+        (["--allow-connect", "70000"], "--allow-connect takes a TCP port from 1 to 65535"),
+        (["--allow-connect", "443", "--network", "netns"], "--allow-connect needs --network off"),
+    ],
+)
+def test_allow_connect_flag_errors_exit_2(tmp_path: Path, flags: list[str], fragment: str) -> None:
+    tool = write_tool(tmp_path / "tools")
+    proc = cli("probe", "--tools", str(tool), "--sandbox", "strict", *flags, "--args", "{}", cwd=tmp_path)
+    assert proc.returncode == 2, proc
+    assert fragment in proc.stderr, proc.stderr
