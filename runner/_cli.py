@@ -41,7 +41,7 @@ from ._cli_options import (
     parse_arguments,
     with_sandbox_options,
 )
-from ._cli_output import Status, emit_ndjson, print_text, source_label, suggest_command, warn
+from ._cli_output import Status, emit_ndjson, print_text, requires_text, source_label, suggest_command, warn
 from ._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT
 from ._discovery import project_root
 from ._envs import show_builds_on_stderr
@@ -217,6 +217,8 @@ def list_command(
             typer.echo(
                 f"  {t['name']:<{width}}  {t['label']:<{label_width}}  [{source_label(t)}] {rel(t['module'])}{flag}"
             )
+            if needs := requires_text(t.get("requires")):
+                typer.echo(f"  {'':<{width}}  {needs}")
     else:
         typer.echo("No tools found (see `xcsh-run --help` for where tools are looked for).")
     failed = [e for e in errors if not e.get("shadowed_by")]

@@ -180,6 +180,14 @@ class SandboxOptions:
             ),
         ] = None,
         network: Annotated[str, typer.Option("--network", help="strict: off, or netns (also no interfaces).")] = "off",
+        allow_connect: Annotated[
+            list[int] | None,
+            typer.Option(
+                "--allow-connect",
+                metavar="PORT",
+                help="strict: outbound TCP to this port, any address (repeatable). No bind, no UDP, so no DNS.",
+            ),
+        ] = None,
         best_effort: Annotated[
             bool, typer.Option("--sandbox-best-effort", help="Run even where the machine lacks a mechanism.")
         ] = False,
@@ -188,6 +196,11 @@ class SandboxOptions:
             fail(f"--sandbox must be one of {', '.join(LEVELS)}, got {level!r}")
         if network not in ("off", "netns"):
             fail(f"--network must be off or netns, got {network!r}")
+        for port in allow_connect or ():
+            if not 0 < port < 65536:
+                fail(f"--allow-connect takes a TCP port from 1 to 65535, got {port}")
+        if allow_connect and network != "off":
+            fail("--allow-connect needs --network off: an empty network namespace has nothing to connect to")
         if any(not prefix for prefix in env_prefix or ()):
             fail("--pass-env-prefix needs a non-empty prefix (an empty one would pass the whole environment)")
         base = SandboxPolicy(level=level)  # type: ignore[arg-type]
@@ -206,6 +219,7 @@ class SandboxOptions:
             env_allow=tuple(allow_env or ()),
             env_allow_prefixes=tuple(env_prefix or ()),
             network=network,
+            allow_connect=tuple(allow_connect or ()),
             best_effort=best_effort,
         )
 

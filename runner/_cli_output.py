@@ -73,6 +73,17 @@ def warn(warnings: list[str]) -> None:
         typer.echo(f"xcsh-run: warning: {warning}", err=True)
 
 
+def requires_text(requires: dict[str, Any] | None) -> str | None:
+    """A tool's declared needs under ``strict``, for ``list``: the flags that grant them; None if it declares none."""
+    if not requires:
+        return None
+    flags = [f"--allow-exec {name}" for name in requires.get("programs", ())]
+    flags += [f"--allow-read {path}" for path in requires.get("read", ())]
+    flags += [f"--allow-write {path}" for path in requires.get("write", ())]
+    flags += [f"--allow-connect {entry.split(':', 1)[1]}" for entry in requires.get("network", ())]
+    return "requires (strict): " + " ".join(flags) if flags else None
+
+
 def source_label(item: dict[str, Any]) -> str:
     """Where a listed tool or load error came from: ``"<provider>, <level>"``."""
     source = item["source"]

@@ -18,6 +18,8 @@ from typing import Final
 from worker import _protocol as p
 
 from ._errors import ConfigError
+from ._discovery import project_root
+from ._grants import granted_policies
 from ._sandbox import SandboxPolicy
 
 DEFAULT_TIMEOUT: Final = 60.0
@@ -136,6 +138,8 @@ class RunnerConfig:
     spare_workers: int = DEFAULT_SPARE_WORKERS
     wanted_tool: str | None = None
     forkserver: bool = DEFAULT_FORKSERVER
+    # Not an option: what reading the config files had to say (``_grants``), for the runner's warnings.
+    grant_warnings: tuple[str, ...] = field(default=(), init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # Normalised in place (frozen: through object.__setattr__) so that two
@@ -145,7 +149,16 @@ class RunnerConfig:
         fix(self, "cache_dir", _path_or_none(self.cache_dir))
         fix(self, "home", _path_or_none(self.home))
         fix(self, "builtin_tool_names", frozenset(self.builtin_tool_names))
-        fix(self, "tool_policies", MappingProxyType(dict(self.tool_policies)))
+        policies = dict(self.tool_policies)
+        if self.discover_sources:
+            # The user's grants from config files, as the CLI and serve discover every source (``_grants``).
+            # A project's config file is the one at its root, found as discovery finds it.
+            home = self.home or os.environ.get("HOME")
+            root = project_root(self.cwd or os.getcwd(), home)
+            sandbox, policies, notes = granted_policies(self.sandbox, policies, root, home)
+            fix(self, "sandbox", sandbox)
+            fix(self, "grant_warnings", tuple(notes))
+        fix(self, "tool_policies", MappingProxyType(policies))
         if self.env is not None:
             fix(self, "env", MappingProxyType(dict(self.env)))
         for label in ("default_timeout", "grace", "load_timeout"):

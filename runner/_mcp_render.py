@@ -31,6 +31,7 @@ INSTRUCTIONS: Final = (
     "Structured output, when a tool has it, comes with the result."
 )
 META_DETAILS: Final = "xcsh-run/details"
+META_REQUIRES: Final = "xcsh-run/requires"  # a tool's declared needs under the strict sandbox
 META_ERROR: Final = "xcsh-run/error"
 
 # Progress messages are for a status line: bounded so that one update cannot
@@ -79,6 +80,8 @@ def render_tools(tools: Sequence[ToolInfo], version: str) -> list[dict[str, Any]
                 entry["annotations"] = annotations
         if version >= ICONS_SINCE and tool.icons:
             entry["icons"] = tool.icons
+        if tool.requires is not None:
+            entry["_meta"] = {META_REQUIRES: msgspec.json.decode(msgspec.json.encode(tool.requires))}
         rendered.append(entry)
     return rendered
 

@@ -18,6 +18,7 @@ import msgspec
 import trio
 
 from worker import _protocol as p
+from worker._requires import Requires
 
 from . import _envs as envs
 from ._cache import CachedLoad, ModuleCache, fingerprint
@@ -25,6 +26,7 @@ from ._config import RunnerConfig
 from ._discovery import Candidate, Discovery, Shadowed, ToolSource, collect, locate_project, walk
 from ._errors import ConfigError, RemoteProtocolError, WorkerDied, WorkerError, WorkerStartupError, describe_exit
 from ._faults import fault_point
+from ._grants import ungranted_note
 from ._pool import Slot, WorkerPool
 from ._proc import RemoteError
 from ._results import ToolResult
@@ -73,6 +75,8 @@ class ToolInfo(msgspec.Struct, frozen=True):
     """MCP ToolAnnotations: ``title`` and the ``readOnlyHint``/``destructiveHint``/... hints."""
     icons: list[dict[str, Any]] | None = None
     """MCP icons: ``{"src", "mimeType"?, "sizes"?, "theme"?}``."""
+    requires: Requires | None = None
+    """What it declares it needs under ``strict`` (programs, paths, network); granted only by the user."""
 
 
 class LoadError(msgspec.Struct, frozen=True):
@@ -116,6 +120,7 @@ class ToolRegistry:
         self._pool = pool
         self._cache = cache
         self._warnings = warnings
+        warnings.extend(config.grant_warnings)  # a project's config file that was not read, and why
         self._builtins = config.builtin_tool_names
         self.tools: dict[str, ToolInfo] = {}
         self.errors: list[LoadError] = []
@@ -272,6 +277,8 @@ class ToolRegistry:
             self.errors.append(LoadError(info.module, message, info.source))
         else:
             self.tools[info.name] = info
+            if (note := ungranted_note(info, self._config.policy_for(info.name), self._cwd)) is not None:
+                self._warnings.append(note)
 
     async def _load_candidate(self, candidate: Candidate) -> _Outcome:
         path = candidate.resolved

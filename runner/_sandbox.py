@@ -67,7 +67,8 @@ class SandboxPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             the tool keeps the host's uid and can read and write what it can.
         ``strict``: ``contained`` plus a filesystem allow-list (Landlock), no
             network (seccomp allows no socket but AF_UNIX socketpairs; Landlock
-            denies TCP; optionally an empty network namespace), no new
+            denies TCP; optionally an empty network namespace) but outbound TCP
+            to the ports ``allow_connect`` grants, no new
             privileges, no capabilities (as root), no ptrace, mount,
             namespaces, io_uring or BPF.
 
@@ -95,6 +96,9 @@ class SandboxPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             as explicit as naming each variable (CLI: ``--pass-env-prefix``).
         network: ``off`` (strict: no sockets) or ``netns`` (strict: also an
             empty network namespace).
+        allow_connect: TCP ports a ``strict`` tool may connect to, on any
+            address (CLI: ``--allow-connect PORT``). Outbound TCP only: bind,
+            listen and UDP (so DNS) stay denied. Needs Landlock ABI 4.
         best_effort: run even where a mechanism is missing, reporting it
             instead of refusing.
     """
@@ -113,6 +117,7 @@ class SandboxPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     env_allow: tuple[str, ...] = ()
     env_allow_prefixes: tuple[str, ...] = ()
     network: Literal["off", "netns"] = "off"
+    allow_connect: tuple[int, ...] = ()
     best_effort: bool = False
 
     def __post_init__(self) -> None:
@@ -120,6 +125,13 @@ class SandboxPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             raise ConfigError(f"sandbox level must be one of {', '.join(LEVELS)}, got {self.level!r}")
         if any(not prefix for prefix in self.env_allow_prefixes):
             raise ConfigError("sandbox env_allow_prefixes: an empty prefix would pass the whole environment")
+        bad = [port for port in self.allow_connect if isinstance(port, bool) or not 0 < port < 65536]
+        if bad:
+            raise ConfigError(f"sandbox allow_connect: a TCP port is a number from 1 to 65535, got {bad[0]!r}")
+        if self.allow_connect and self.network == "netns":
+            raise ConfigError(
+                "sandbox allow_connect needs network='off': an empty network namespace has nothing to connect to"
+            )
         for name in ("memory_mb", "cpu_seconds", "open_files", "file_size_mb", "max_procs", "output_mb"):
             value = getattr(self, name)
             if value is not None and value <= 0:
@@ -247,6 +259,8 @@ def check(policy: SandboxPolicy, found: Probe) -> list[str]:
             missing.append("Landlock (Linux 5.13+ with landlock in the LSM list)")
         elif found.landlock_abi < 4:
             missing.append(f"Landlock ABI 4 for TCP rules (this kernel has ABI {found.landlock_abi})")
+            if policy.allow_connect:
+                missing.append("allow_connect: without Landlock ABI 4 the granted ports stay closed")
         elif found.landlock_abi < 6:
             missing.append(f"Landlock ABI 6 for signal and abstract-socket scoping (ABI {found.landlock_abi})")
         if not found.seccomp:
@@ -383,6 +397,7 @@ def worker_config(
     return msgspec.structs.replace(
         config,
         network=policy.network,
+        connect_ports=sorted(set(policy.allow_connect)),
         read_paths=[os.path.realpath(r) for r in read if r and os.path.exists(r)],
         write_paths=[os.path.realpath(w) for w in write],
         # The interpreter itself: multiprocessing's spawn and the tool's own subprocesses re-run it.

@@ -24,6 +24,7 @@ def test_authoring_exports() -> None:
         "ExecResult",
         "Icon",
         "ImageContent",
+        "Requires",
         "ResourceContents",
         "ResourceLink",
         "TextContent",

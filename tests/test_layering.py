@@ -45,6 +45,7 @@ RANKS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "runner._config",
             "runner._boundary",
             "runner._sandbox*",
+            "runner._grants",
             "runner._workdir",
             "runner._discovery",
             "runner._unknown_tool",

@@ -23,6 +23,7 @@ from typing import Any, TypeAlias
 
 import msgspec
 
+from . import _explain
 from . import _methods as m
 from ._api import HostLink
 from ._channel import Channel
@@ -177,6 +178,7 @@ def execute(
         if call.terminated:
             raise ToolCancelled(call.signal.reason)
 
+    _explain.reset()
     try:
         try:
             call.in_tool = True
@@ -205,6 +207,9 @@ def _failure(exc: BaseException, call: Call) -> ErrorObject:
         message = f"the tool called sys.exit({exc.code!r})"
     else:
         message = str(exc) or type(exc).__name__
+    denial = _explain.explain(exc)
+    if denial is not None:
+        message += f" [{denial}]"
     limit = _limit_hit(exc)
     if limit is not None:
         return error_object(

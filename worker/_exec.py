@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from . import _explain
+
 if TYPE_CHECKING:
     from ._signal import AbortSignal
 
@@ -109,15 +111,22 @@ def exec_sync(
     if signal is not None and signal.aborted:
         return ExecResult(stdout="", stderr="", code=-int(_signal.SIGTERM), killed=True)
     data = input.encode() if isinstance(input, str) else input
-    proc = subprocess.Popen(
-        [command, *args],
-        cwd=cwd,
-        env=None if env is None else dict(env),
-        stdin=subprocess.PIPE if data is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    try:
+        proc = subprocess.Popen(
+            [command, *args],
+            cwd=cwd,
+            env=None if env is None else dict(env),
+            stdin=subprocess.PIPE if data is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except PermissionError as exc:
+        # A program the sandbox does not let run: say so here, where the tool sees it first.
+        denial = _explain.explain(exc)
+        if denial is None:
+            raise
+        raise _explain.explained(exc, denial) from exc
     killed = threading.Event()
     out: list[bytes] = []
     err: list[bytes] = []

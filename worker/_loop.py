@@ -35,7 +35,7 @@ from typing import NoReturn
 
 import msgspec
 
-from . import _env, _sigterm, pi
+from . import _env, _explain, _sigterm, pi
 from . import _methods as m
 from ._api import HostLink, ToolAPI
 from ._calls import AsyncBridge, Call, Ctx, Outcome, decode_arguments, execute
@@ -295,9 +295,10 @@ class Worker:
                 "a tool module must not exit at import time",
             )
         except BaseException as exc:
+            denial = _explain.explain(exc)
             return error_object(
                 ErrorCode.LOAD_ERROR,
-                f"{path}: importing the module raised {type(exc).__name__}: {exc}",
+                f"{path}: importing the module raised {type(exc).__name__}: {exc}" + (f" [{denial}]" if denial else ""),
                 traceback=traceback.format_exc(),
             )
         factory = find_factory(module, params.factory)
@@ -451,6 +452,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
         except _sandbox.SandboxError as exc:
             refuse(ErrorCode.SANDBOX_UNAVAILABLE, f"sandbox not applied: {exc}")
     _env.watch_dropped()
+    _explain.install(init.sandbox)
     worker = Worker(channel, init, kill_fd)
     # Before answering: from the answer on, the host may stop us with SIGTERM,
     # and the default action would look like a crash. In this process only: a

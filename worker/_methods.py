@@ -15,6 +15,7 @@ from typing import Any, Final, Generic, Literal, TypeVar, cast
 import msgspec
 
 from ._frames import DEFAULT_MAX_FRAME_BYTES
+from ._requires import Requires
 
 PROTOCOL_VERSION: Final = 1
 """Bumped on any incompatible change; checked in the ``initialize`` handshake."""
@@ -143,6 +144,7 @@ class SandboxConfig(msgspec.Struct, frozen=True, omit_defaults=True):
     read_paths: list[str] = []
     write_paths: list[str] = []
     exec_paths: list[str] = []
+    connect_ports: list[int] = []  # strict: outbound TCP to these ports only (Landlock ABI 4)
     drop_uid: int | None = None
     drop_gid: int | None = None
     best_effort: bool = False
@@ -193,6 +195,7 @@ class ToolDescription(msgspec.Struct, frozen=True, omit_defaults=True):
     output_schema: dict[str, Any] | None = None
     annotations: dict[str, Any] | None = None
     icons: list[dict[str, Any]] | None = None
+    requires: Requires | None = None  # needs under strict, shown to the user, never granted by themselves
 
 
 class EntryError(msgspec.Struct, frozen=True):

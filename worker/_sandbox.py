@@ -44,6 +44,7 @@ SECCOMP_MODE_FILTER: Final = 2
 CLONE_NEWNET: Final = 0x40000000
 
 LL_RULE_PATH_BENEATH: Final = 1
+LL_RULE_NET_PORT: Final = 2
 FS_EXECUTE, FS_WRITE_FILE, FS_READ_FILE, FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 FS_REMOVE_DIR, FS_REMOVE_FILE, FS_MAKE_CHAR, FS_MAKE_DIR = 1 << 4, 1 << 5, 1 << 6, 1 << 7
 FS_MAKE_REG, FS_MAKE_SOCK, FS_MAKE_FIFO, FS_MAKE_BLOCK = 1 << 8, 1 << 9, 1 << 10, 1 << 11
@@ -63,8 +64,12 @@ X32_BIT: Final = 0x40000000
 RET_KILL_PROCESS: Final = 0x80000000
 RET_ERRNO: Final = 0x00050000
 RET_ALLOW: Final = 0x7FFF0000
-LD_W_ABS, JEQ_K, JGE_K, JSET_K, RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
-AF_UNIX: Final = 1
+LD_W_ABS, JEQ_K, JGE_K, JSET_K, RET_K, ALU_AND_K = 0x20, 0x15, 0x35, 0x45, 0x06, 0x54
+AF_UNIX, AF_INET, AF_INET6 = 1, 2, 10
+SOCK_STREAM: Final = 1
+SOCK_FLAGS: Final = 0x800 | 0x80000  # SOCK_NONBLOCK | SOCK_CLOEXEC
+IPPROTO_TCP: Final = 6
+MSG_FASTOPEN: Final = 0x20000000
 
 # Denied outright with EPERM in strict mode.
 DENIED_SYSCALLS: Final = {
@@ -93,6 +98,7 @@ METADATA_SYSCALLS: Final = {
     "utimensat": 280, "fchmodat2": 452,
 }  # fmt: skip
 SYS_SOCKET: Final = 41
+SYS_SENDTO, SYS_SENDMSG, SYS_SENDMMSG = 44, 46, 307
 SYS_SOCKETPAIR: Final = 53
 SYS_CLONE: Final = 56
 SYS_CLONE3: Final = 435
@@ -191,6 +197,10 @@ class _RulesetAttr(ctypes.Structure):
                 ("scoped", ctypes.c_uint64)]  # fmt: skip
 
 
+class _NetPortAttr(ctypes.Structure):
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
+
 class _PathBeneathAttr(ctypes.Structure):
     _pack_ = 1  # the kernel struct is packed: 12 bytes
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
@@ -213,10 +223,14 @@ def _fs_rights(abi: int) -> int:
     return rights
 
 
-def apply_landlock(read: Iterable[str], write: Iterable[str], execute: Iterable[str]) -> int:
+def apply_landlock(
+    read: Iterable[str], write: Iterable[str], execute: Iterable[str], connect_ports: Iterable[int] = ()
+) -> int:
     """Deny every filesystem access outside the allow-lists, all TCP, and cross-domain signals.
 
-    Returns the ABI used. ``execute`` lists single programs that may be run.
+    Returns the ABI used. ``execute`` lists single programs that may be run;
+    ``connect_ports`` the TCP ports it may connect to (bind stays denied: it is
+    handled, with no rule).
     """
     abi = landlock_abi()
     if abi < 1:
@@ -241,6 +255,14 @@ def apply_landlock(read: Iterable[str], write: Iterable[str], execute: Iterable[
         for paths, rights in ((read, READ_ACCESS), (write, write_rights), (execute, EXEC_ACCESS)):
             for path in paths:
                 _add_path_rule(ruleset, path, rights & handled)
+        if abi >= 4:
+            for port in connect_ports:
+                rule = _NetPortAttr(allowed_access=NET_CONNECT_TCP, port=port)
+                _check(
+                    _c().syscall(SYS_LANDLOCK_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(LL_RULE_NET_PORT),
+                                 ctypes.byref(rule), ctypes.c_uint32(0)),
+                    f"landlock_add_rule(tcp connect {port})",
+                )  # fmt: skip
         _check(_prctl(PR_SET_NO_NEW_PRIVS, 1), "prctl(PR_SET_NO_NEW_PRIVS)")
         _check(
             _c().syscall(SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)),
@@ -276,8 +298,18 @@ def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
     return struct.pack("=HBBI", code, jt, jf, k & 0xFFFFFFFF)
 
 
-def build_filter(*, fake_metadata: bool) -> bytes:
-    """The cBPF program: arch check, x32 check, deny list, socket families."""
+def build_filter(*, fake_metadata: bool, tcp: bool = False) -> bytes:
+    """The cBPF program: arch check, x32 check, deny list, socket families.
+
+    ``tcp``: the policy grants TCP ports (``allow_connect``). Then ``socket()``
+    may make plain TCP sockets (IPv4 and IPv6; no other protocol on a stream,
+    so no SCTP or MPTCP that Landlock's TCP rules might not cover) and
+    ``connect`` is left to Landlock, which allows only the granted ports.
+    ``bind``, ``listen`` and ``accept`` stay denied here as well as by Landlock,
+    UDP and every other family too, and so does ``MSG_FASTOPEN`` on the send
+    calls: TCP Fast Open connects from ``sendto``/``sendmsg`` without going
+    through ``connect``.
+    """
     eperm = RET_ERRNO | errno.EPERM
     prog = [
         _insn(LD_W_ABS, 0, 0, 4),  # arch
@@ -287,7 +319,10 @@ def build_filter(*, fake_metadata: bool) -> bytes:
         _insn(JGE_K, 0, 1, X32_BIT),
         _insn(RET_K, 0, 0, eperm),
     ]
-    denials = [(nr, eperm) for nr in DENIED_SYSCALLS.values()]
+    denied = dict(DENIED_SYSCALLS)
+    if tcp:
+        del denied["connect"]
+    denials = [(nr, eperm) for nr in denied.values()]
     if fake_metadata:
         denials += [(nr, RET_ERRNO | 0) for nr in METADATA_SYSCALLS.values()]
     for nr, ret in denials:
@@ -302,8 +337,36 @@ def build_filter(*, fake_metadata: bool) -> bytes:
         _insn(RET_K, 0, 0, eperm),
         _insn(LD_W_ABS, 0, 0, 0),  # the syscall number again, for the checks below
     ]
-    # socket(): nothing at all. socketpair(): AF_UNIX only (asyncio needs it).
-    prog += [_insn(JEQ_K, 0, 1, SYS_SOCKET), _insn(RET_K, 0, 0, eperm)]
+    if tcp:
+        # The flags argument of sendto (args[3]), sendmsg (args[2]), sendmmsg (args[3]).
+        for nr, offset in ((SYS_SENDTO, 40), (SYS_SENDMSG, 32), (SYS_SENDMMSG, 40)):
+            prog += [
+                _insn(JEQ_K, 0, 4, nr),
+                _insn(LD_W_ABS, 0, 0, offset),
+                _insn(JSET_K, 0, 1, MSG_FASTOPEN),
+                _insn(RET_K, 0, 0, eperm),
+                _insn(LD_W_ABS, 0, 0, 0),
+            ]
+        # socket(AF_INET or AF_INET6, SOCK_STREAM [| NONBLOCK | CLOEXEC], 0 or IPPROTO_TCP); all
+        # arguments compared on their low 32 bits (CVE-2019-10063).
+        prog += [
+            _insn(JEQ_K, 0, 11, SYS_SOCKET),
+            _insn(LD_W_ABS, 0, 0, 16),  # family
+            _insn(JEQ_K, 1, 0, AF_INET),
+            _insn(JEQ_K, 0, 6, AF_INET6),  # neither: denied
+            _insn(LD_W_ABS, 0, 0, 24),  # type
+            _insn(ALU_AND_K, 0, 0, ~SOCK_FLAGS),
+            _insn(JEQ_K, 0, 3, SOCK_STREAM),
+            _insn(LD_W_ABS, 0, 0, 32),  # protocol
+            _insn(JEQ_K, 2, 0, 0),
+            _insn(JEQ_K, 1, 0, IPPROTO_TCP),
+            _insn(RET_K, 0, 0, eperm),
+            _insn(RET_K, 0, 0, RET_ALLOW),
+        ]
+    else:
+        # socket(): nothing at all.
+        prog += [_insn(JEQ_K, 0, 1, SYS_SOCKET), _insn(RET_K, 0, 0, eperm)]
+    # socketpair(): AF_UNIX only (asyncio needs it).
     prog += [
         _insn(JEQ_K, 0, 4, SYS_SOCKETPAIR),
         _insn(LD_W_ABS, 0, 0, 16),  # low 32 bits of args[0] (CVE-2019-10063)
@@ -319,8 +382,8 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def apply_seccomp(*, fake_metadata: bool) -> None:
-    program = build_filter(fake_metadata=fake_metadata)
+def apply_seccomp(*, fake_metadata: bool, tcp: bool = False) -> None:
+    program = build_filter(fake_metadata=fake_metadata, tcp=tcp)
     buf = ctypes.create_string_buffer(program, len(program))
     fprog = _SockFprog(len=len(program) // 8, filter=ctypes.cast(buf, ctypes.c_void_p).value)
     _check(_prctl(PR_SET_NO_NEW_PRIVS, 1), "prctl(PR_SET_NO_NEW_PRIVS)")
@@ -370,7 +433,12 @@ def apply(cfg: p.SandboxConfig) -> list[str]:
     # this uid without CAP_SYS_PTRACE reaches our /proc entries (a tool in a
     # sibling worker that Landlock does not cover: ABI < 1, or best effort).
     attempt("non-dumpable", _contain.set_undumpable)
-    attempt("Landlock", lambda: apply_landlock(cfg.read_paths, cfg.write_paths, cfg.exec_paths))
+    # TCP ports are opened in seccomp only where Landlock filters them by port:
+    # without ABI 4 a grant would open every port, so it opens none.
+    tcp = bool(cfg.connect_ports) and landlock_abi() >= 4
+    if cfg.connect_ports and not tcp:
+        missing.append("allow_connect: Landlock ABI 4 (Linux 6.7+) filters TCP by port; the ports stay closed")
+    attempt("Landlock", lambda: apply_landlock(cfg.read_paths, cfg.write_paths, cfg.exec_paths, cfg.connect_ports))
     # Still uid 0 (no usable uid to drop to): seccomp fakes metadata writes.
-    attempt("seccomp", lambda: apply_seccomp(fake_metadata=os.geteuid() == 0))
+    attempt("seccomp", lambda: apply_seccomp(fake_metadata=os.geteuid() == 0, tcp=tcp))
     return missing

@@ -17,6 +17,7 @@ from typing import Any, Final
 import msgspec
 
 from . import _protocol as p
+from . import _requires
 from ._content import ContentError, check_block, check_icons, short
 from .pi import CustomTool, ToolAnnotations, ToolResult
 
@@ -232,6 +233,7 @@ def describe_tool(entry: object) -> LoadedTool:
         else None,
         annotations=_annotations(tool.annotations, tool.name) if tool.annotations is not None else None,
         icons=_icons(tool.icons, tool.name) if tool.icons is not None else None,
+        requires=_requires.coerce(tool.requires, tool.name) if tool.requires is not None else None,
     )
     return LoadedTool(tool, description, struct_type)
 

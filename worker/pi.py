@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import msgspec
 
+from ._requires import Requires
 from ._signal import AbortSignal, ToolCancelled
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ __all__ = [
     "ExecResult",
     "Icon",
     "ImageContent",
+    "Requires",
     "ResourceContents",
     "ResourceLink",
     "TextContent",
@@ -308,6 +310,11 @@ class CustomTool:
         annotations: optional :class:`ToolAnnotations` (or a dict with MCP's
             keys): hints such as read-only or destructive, for clients.
         icons: optional list of :class:`Icon` (or dicts with MCP's keys).
+        requires: optional :class:`Requires` (or a dict: ``{"programs": ["git"],
+            "paths": {"read": [...], "write": [...]}, "network": ["tcp:443"]}``):
+            what the tool needs under the ``strict`` sandbox. Shown by
+            ``xcsh-run describe`` and ``list``; never granted by itself (the
+            user grants with ``--allow-exec`` and the like, or a config file).
     """
 
     __slots__ = (
@@ -326,6 +333,7 @@ class CustomTool:
         "output_schema",
         "annotations",
         "icons",
+        "requires",
     )
 
     def __init__(
@@ -346,6 +354,7 @@ class CustomTool:
         output_schema: type[msgspec.Struct] | Mapping[str, Any] | None = None,
         annotations: ToolAnnotations | Mapping[str, Any] | None = None,
         icons: Sequence[Icon | Mapping[str, Any]] | None = None,
+        requires: Requires | Mapping[str, Any] | None = None,
     ) -> None:
         self.name = name
         self.label = label if label is not None else name
@@ -362,6 +371,7 @@ class CustomTool:
         self.output_schema = output_schema
         self.annotations = annotations
         self.icons = icons
+        self.requires = requires
 
     def __repr__(self) -> str:
         return f"<CustomTool {self.name!r}>"

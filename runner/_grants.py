@@ -1,0 +1,197 @@
+"""What the user grants a strict tool in a config file, and what a tool declares it needs but was not granted.
+
+A tool declares its needs (``CustomTool(requires=...)``: programs, paths,
+network); declaring grants nothing. The user grants on the command line
+(``--allow-exec``, ``--allow-read``, ``--allow-write``, ``--allow-connect``)
+or in a config file, TOML, read when a runner discovers every source (the
+CLI, ``serve``):
+
+- ``~/.xcsh/config.toml``, the user's own: always read;
+- ``<project>/.xcsh/config.toml``: read only when the user's file lists the
+  project in ``trusted_projects``. A project's files come with its tools, and
+  a tool must not be able to loosen the sandbox it runs in; an untrusted
+  project file with grants is reported and ignored.
+
+Both hold ``[sandbox]`` (grants for every tool) and ``[tools.NAME]`` (grants
+for one tool), each with ``allow_exec``, ``allow_read``, ``allow_write`` and
+``allow_connect``; they add to the policy the runner was given (its ``sandbox``
+and ``tool_policies``), never take anything away. A relative path is relative
+to the folder that holds ``.xcsh/`` (the home folder for the user's file).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+import msgspec
+
+from worker._requires import Requires
+
+from ._errors import ConfigError
+from ._sandbox import SandboxPolicy
+
+CONFIG_NAME: Final = "config.toml"
+_GRANT_KEYS: Final = ("allow_exec", "allow_read", "allow_write", "allow_connect")
+
+
+class Grants(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One ``[sandbox]`` or ``[tools.NAME]`` table of a config file."""
+
+    allow_exec: tuple[str, ...] = ()
+    allow_read: tuple[str, ...] = ()
+    allow_write: tuple[str, ...] = ()
+    allow_connect: tuple[int, ...] = ()
+
+    def __bool__(self) -> bool:
+        return any(getattr(self, key) for key in _GRANT_KEYS)
+
+    def add(self, other: Grants) -> Grants:
+        return Grants(*(tuple(dict.fromkeys((*getattr(self, k), *getattr(other, k)))) for k in _GRANT_KEYS))
+
+    def onto(self, policy: SandboxPolicy) -> SandboxPolicy:
+        """``policy`` with these grants added."""
+        if not self:
+            return policy
+        return policy.replace(
+            allow_exec=tuple(dict.fromkeys((*policy.allow_exec, *self.allow_exec))),
+            extra_read_paths=tuple(dict.fromkeys((*policy.extra_read_paths, *self.allow_read))),
+            extra_write_paths=tuple(dict.fromkeys((*policy.extra_write_paths, *self.allow_write))),
+            allow_connect=tuple(dict.fromkeys((*policy.allow_connect, *self.allow_connect))),
+        )
+
+
+class ConfigFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    trusted_projects: tuple[str, ...] = ()
+    sandbox: Grants = Grants()
+    tools: dict[str, Grants] = {}
+
+
+def _read(path: Path, base: Path) -> ConfigFile | None:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read: {exc.strerror}") from None
+    try:
+        raw: dict[str, Any] = tomllib.loads(data.decode())
+        config = msgspec.convert(raw, ConfigFile)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    except msgspec.ValidationError as exc:
+        raise ConfigError(
+            f"{path}: {exc}; the file holds trusted_projects = [...], [sandbox] and [tools.NAME] tables with "
+            f"{', '.join(_GRANT_KEYS)}"
+        ) from None
+
+    def absolute(grants: Grants) -> Grants:
+        def fix(paths: tuple[str, ...]) -> tuple[str, ...]:
+            return tuple(str(base / os.path.expanduser(p)) for p in paths)
+
+        return msgspec.structs.replace(grants, allow_read=fix(grants.allow_read), allow_write=fix(grants.allow_write))
+
+    return ConfigFile(
+        trusted_projects=tuple(os.path.realpath(base / os.path.expanduser(p)) for p in config.trusted_projects),
+        sandbox=absolute(config.sandbox),
+        tools={name: absolute(g) for name, g in config.tools.items()},
+    )
+
+
+def load(project: str, home: str | None) -> tuple[Grants, dict[str, Grants], list[str]]:
+    """The grants for every tool and per tool, from the user's file and a trusted project's; and warnings."""
+    warnings: list[str] = []
+    files: list[ConfigFile] = []
+    user = _read(Path(home) / ".xcsh" / CONFIG_NAME, Path(home)) if home else None
+    if user is not None:
+        files.append(user)
+    folder = Path(project)
+    own = _read(folder / ".xcsh" / CONFIG_NAME, folder)
+    if own is not None and (home is None or folder.resolve() != Path(home).resolve()):
+        trusted = user is not None and os.path.realpath(folder) in user.trusted_projects
+        if trusted:
+            files.append(own)
+        elif own.sandbox or any(own.tools.values()):
+            warnings.append(
+                f"{folder / '.xcsh' / CONFIG_NAME} grants sandbox access that is ignored: a project's config file "
+                f"is honoured only when trusted_projects in {Path(home or '~') / '.xcsh' / CONFIG_NAME} lists "
+                f"{os.path.realpath(folder)}"
+            )
+    every = Grants()
+    per_tool: dict[str, Grants] = {}
+    for config in files:
+        every = every.add(config.sandbox)
+        for name, grants in config.tools.items():
+            per_tool[name] = per_tool.get(name, Grants()).add(grants)
+    return every, per_tool, warnings
+
+
+def granted_policies(
+    sandbox: SandboxPolicy, tool_policies: Mapping[str, SandboxPolicy], project: str, home: str | None
+) -> tuple[SandboxPolicy, dict[str, SandboxPolicy], list[str]]:
+    """The runner's policy and per-tool policies with the config files' grants added; and warnings."""
+    every, per_tool, warnings = load(project, home)
+    policies = {name: every.onto(policy) for name, policy in tool_policies.items()}
+    for name, grants in per_tool.items():
+        policies[name] = grants.onto(policies.get(name, every.onto(sandbox)))
+    return every.onto(sandbox), policies, warnings
+
+
+# --- needs declared but not granted -------------------------------------------------------
+
+
+def _covered(path: str, granted: tuple[str, ...]) -> bool:
+    real = os.path.realpath(os.path.expanduser(path))
+    for grant in granted:
+        root = os.path.realpath(grant)
+        if real == root or real.startswith(root.rstrip("/") + "/"):
+            return True
+    return False
+
+
+def missing(requires: Requires, policy: SandboxPolicy, folders: tuple[str, ...] = ()) -> list[str]:
+    """The flags that would grant what ``requires`` declares and ``policy`` does not allow (``strict`` only).
+
+    ``folders`` are readable anyway (the tool's folder, the project directory).
+    """
+    if policy.level != "strict":
+        return []
+    flags: list[str] = []
+    execs = {os.path.basename(name) for name in policy.allow_exec} | set(policy.allow_exec)
+    flags += [f"--allow-exec {name}" for name in requires.programs if name not in execs]
+    readable = (*policy.extra_read_paths, *policy.extra_write_paths, *folders)
+    flags += [f"--allow-read {path}" for path in requires.read if not _covered(path, readable)]
+    flags += [f"--allow-write {path}" for path in requires.write if not _covered(path, policy.extra_write_paths)]
+    flags += [f"--allow-connect {port}" for port in requires.ports() if port not in policy.allow_connect]
+    return flags
+
+
+class Described(Protocol):
+    """A loaded tool (``ToolInfo``), as far as its needs go."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def module(self) -> str: ...
+    @property
+    def requires(self) -> Requires | None: ...
+
+
+def ungranted_note(tool: Described, policy: SandboxPolicy, project: str) -> str | None:
+    """A warning for a tool whose declared needs ``policy`` does not grant; None when it grants them all.
+
+    Such a tool still runs: it may need a grant on one path only, and what it
+    is then denied says so in its error. Refusing would stop calls that work.
+    """
+    folders = (os.path.dirname(tool.module), project)
+    flags = missing(tool.requires, policy, folders) if tool.requires is not None else []
+    if not flags:
+        return None
+    name = tool.name
+    return (
+        f"tool {name!r} declares needs the strict sandbox does not grant: {' '.join(flags)} "
+        f"(or [tools.{name}] in ~/.xcsh/config.toml); it runs anyway, and an operation it is denied says so"
+    )
