@@ -17,8 +17,8 @@ from typing import Final
 
 from worker import _protocol as p
 
-from ._errors import ConfigError
 from ._discovery import project_root
+from ._errors import ConfigError
 from ._grants import granted_policies
 from ._sandbox import SandboxPolicy
 
