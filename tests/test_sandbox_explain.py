@@ -291,12 +291,17 @@ def test_a_projects_config_file_grants_only_when_the_user_trusts_the_project(tmp
     (Path.home() / ".xcsh").mkdir()
     (Path.home() / ".xcsh" / "config.toml").write_text(f'trusted_projects = ["{project}"]\n')
     trusted = cli(*args, cwd=project)
+    deeper = project / "src" / "pkg"
+    deeper.mkdir(parents=True)
+    from_below = cli(*args, cwd=deeper)  # the project's file is found at its root, as its tools are
     assert tool.exists()
     assert untrusted.returncode == 1
     assert "grants sandbox access that is ignored" in untrusted.stderr, untrusted.stderr
     assert "--allow-read /etc/hostname" in untrusted.stderr
     assert trusted.returncode == 0, trusted.stderr
     assert trusted.stdout.strip() == Path("/etc/hostname").read_text().strip()
+    assert from_below.returncode == 0, from_below.stderr
+    assert from_below.stdout == trusted.stdout
 
 
 def test_a_malformed_config_file_is_refused_naming_it(tmp_path: Path) -> None:
