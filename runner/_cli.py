@@ -35,6 +35,7 @@ from ._cli_options import (
     TimeoutOpt,
     TokenOpt,
     ToolsOpt,
+    VerboseOpt,
     check_seconds,
     fail,
     parse_arguments,
@@ -47,7 +48,7 @@ from ._fuzz_report import COMMANDS, FuzzReport
 from ._host import open_runner
 from ._results import ToolResult
 from ._sandbox import SandboxPolicy
-from ._signals import Signals, watching_signals
+from ._signals import CallStopper, Signals, watching_signals
 from ._terminal import TerminalUI, configure_log_file
 
 T = TypeVar("T")
@@ -140,6 +141,7 @@ def run_command(
     tools: ToolsOpt = None,
     load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT,
     log_file: LogFileOpt = None,
+    verbose: VerboseOpt = 0,
     resolve: Annotated[
         str,
         typer.Option(
@@ -155,7 +157,7 @@ def run_command(
     if resolve not in ("ask", "apply", "discard"):
         fail(f"--resolve must be ask, apply or discard, got {resolve!r}")
     arguments = parse_arguments(args, args_file)
-    configure_log_file(log_file)
+    configure_log_file(log_file, verbose=verbose)
     # A person at the terminal answers the tool's UI prompts (unless stdin carried the arguments).
     interactive = sys.stdin.isatty() and sys.stderr.isatty() and "-" not in (args, args_file)
     check_seconds(timeout=timeout, grace=grace, load_timeout=load_timeout)
@@ -168,7 +170,7 @@ def run_command(
             status.update(partial)
 
     async def main(signals: Signals) -> tuple[ToolResult, str | None]:
-        call_id = "cli-call"
+        call_id = f"cli-{os.urandom(4).hex()}"  # unique per run: tells runs apart in the log file
         try:
             # wanted_tool: a module later in precedence than the one defining
             # the tool cannot change which tool runs, so it is not waited for.
@@ -179,15 +181,10 @@ def run_command(
                 if interactive:
                     runner.set_ui_context(TerminalUI(status.clear if status is not None else None))
 
-                def cancel_call(sig: signal.Signals) -> bool:
-                    # False when the call is not registered yet or is already
-                    # over: there is no ladder to go through, and the whole
-                    # command stops instead.
-                    return runner.cancel(call_id, f"interrupted by {sig.name}")
-
-                # A signal during the call cancels the call, not the command, so
-                # that its own `cancelled` result is still printed.
-                with signals.handled_by(cancel_call):
+                # A signal during the call cancels the call, not the command, so that its
+                # own `cancelled` result is still printed; a second one kills it now.
+                stop = CallStopper(runner.cancel, call_id, tool, grace, status.clear if status is not None else None)
+                with signals.handled_by(stop):
                     # The call goes through the cancellation ladder; this process
                     # exits only once the worker's whole tree is gone.
                     result = await runner.call_tool(
@@ -246,11 +243,12 @@ def list_command(
     as_json: JsonOpt = False,
     load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT,
     log_file: LogFileOpt = None,
+    verbose: VerboseOpt = 0,
     *,
     sandbox: SandboxPolicy,
 ) -> None:
     """Show every tool found (name, label, source, path) and every module that failed to load, with why."""
-    configure_log_file(log_file)
+    configure_log_file(log_file, verbose=verbose)
     found, errors, warnings = _load(tools, load_timeout, sandbox)
     warn(warnings)
     if as_json:
@@ -313,6 +311,7 @@ def serve_command(
         typer.Option("--max-message-bytes", help="The longest MCP message (one line) accepted; longer get an error."),
     ] = DEFAULT_MAX_MESSAGE_BYTES,
     log_file: LogFileOpt = None,
+    verbose: VerboseOpt = 0,
     max_workers: Annotated[
         int | None,
         typer.Option("--max-workers", help="Calls running at once; more wait their turn [twice the cores, >= 4]."),
@@ -338,7 +337,7 @@ def serve_command(
     from ._mcp_http import parse_address, serve_http
     from ._mcp_stdio import serve_stdio  # only this command needs the MCP server
 
-    configure_log_file(log_file, also_stderr=True)
+    configure_log_file(log_file, verbose=verbose)
     check_seconds(timeout=timeout, grace=grace, load_timeout=load_timeout, queue_timeout=queue_timeout)
     if max_message_bytes < 1024:
         fail(f"--max-message-bytes must be at least 1024, got {max_message_bytes}")
@@ -404,6 +403,7 @@ def fuzz_command(
     ] = False,
     tools: ToolsOpt = None,
     load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT,
+    verbose: VerboseOpt = 0,
     *,
     sandbox: SandboxPolicy,
 ) -> None:
@@ -420,6 +420,7 @@ def fuzz_command(
     if examples < 1:
         fail(f"--examples must be at least 1, got {examples}")
     check_seconds(timeout=timeout, load_timeout=load_timeout)
+    configure_log_file(None, verbose=verbose)
     from ._fuzz import fuzz_tool  # only this command needs the fuzzer
 
     async def main(_: Signals) -> FuzzReport:

@@ -257,4 +257,6 @@ def configure_logging() -> None:
     """The server's own log on stderr: what it does, not what tools print (that is the workers' business)."""
     if not logging.getLogger().handlers:
         logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="xcsh-run serve: %(message)s")
-    logging.getLogger("xcsh_run").setLevel(logging.INFO)
+    host = logging.getLogger("xcsh_run")
+    if not host.level or host.level > logging.INFO:  # `serve -vv` set DEBUG already
+        host.setLevel(logging.INFO)

@@ -414,6 +414,8 @@ class WorkerPool:
         worker = await self.factory.start(policy, module, has_ui=has_ui)
         slot = self._slots[worker] = Slot(worker, policy, module or "", has_ui=has_ui)
         self.started += 1
+        what = f"for {module}" if module else "(a spare)"
+        log.info("worker %d started %s, sandbox %s", worker.pid, what, policy.level, extra={"pid": worker.pid})
         return slot
 
     # --- closing ------------------------------------------------------------------------------

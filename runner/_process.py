@@ -116,7 +116,7 @@ class SupervisedProcess(ResourceUse):
         self.forkserver = forkserver
         self.boundary = boundary
         self.workdir = workdir
-        self.output = OutputCapture(output_limit, self.kill_tree)
+        self.output = OutputCapture(output_limit, self.kill_tree, lambda: (self.module, self.pid))
         self.teardown = teardown if teardown is not None else NO_STATS
         self.pid = 0
         self.returncode: int | None = None

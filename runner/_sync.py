@@ -202,8 +202,8 @@ class BlockingRunner:
     ) -> Callable[[], Awaitable[ToolResult]]:
         return lambda: self._runner.call_tool(name, arguments, tool_call_id=call_id, **options)
 
-    def cancel(self, tool_call_id: str, reason: str = "cancelled") -> bool:
-        return self._run_sync(self._runner.cancel, tool_call_id, reason)
+    def cancel(self, tool_call_id: str, reason: str = "cancelled", *, force: bool = False) -> bool:
+        return self._run_sync(lambda: self._runner.cancel(tool_call_id, reason, force=force))
 
     def emit_session_event(self, event: Mapping[str, Any], *, timeout: float = 5.0) -> list[str]:
         return self._wait(lambda: self._runner.emit_session_event(event, timeout=timeout))
