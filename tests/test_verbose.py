@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import threading
 from pathlib import Path
 
 from runner._output import TAP_LINE_BYTES, TAP_LINES
@@ -152,3 +153,41 @@ def test_a_segfaults_message_names_the_segfault_and_the_tools_frame() -> None:
     assert re.search(r'innermost tool frame: File ".*/tests/tools/hostile\.py", line \d+ in segfault$', message)
     # The whole dump is still there.
     assert "Extension modules" in error["stderr_tail"] and "Current thread" in error["stderr_tail"]
+
+
+def test_serve_verbose_keeps_stdout_for_the_protocol(tmp_path: Path) -> None:
+    """`serve` over stdio: with -v the tool's output and records go to stderr; stdout carries JSON-RPC only."""
+    messages = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "chatty", "arguments": {}}},
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        [XCSH_RUN, "serve", "-v", "--tools", _tool(tmp_path, "chatty", CHATTY), "--log-file", str(tmp_path / "log")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    watchdog = threading.Timer(30, proc.kill)  # the reads below block: a hang ends as a failure
+    watchdog.start()
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        for message in messages:
+            proc.stdin.write(json.dumps(message) + "\n")
+        proc.stdin.flush()
+        answers = []
+        while not any(a.get("id") == 2 for a in answers):
+            line = proc.stdout.readline()
+            assert line, "the server closed stdout before answering the call"
+            answers.append(json.loads(line))  # every stdout line is a JSON-RPC message
+        out, err = proc.communicate(timeout=30)  # closes stdin: the server ends
+    finally:
+        watchdog.cancel()
+        proc.kill()
+        proc.wait()
+    assert all(json.loads(line)["jsonrpc"] == "2.0" for line in out.splitlines())
+    assert answers[-1]["result"]["content"][0]["text"] == "done"
+    assert re.search(r"^\[chatty \d+ mcp-\S+\] stdout: hello from print$", err, re.M), err
+    assert re.search(r"^\[chatty \d+ mcp-\S+\] info: an info record$", err, re.M), err
