@@ -10,6 +10,7 @@ import re
 import subprocess
 import threading
 from pathlib import Path
+from typing import Any
 
 from runner._output import TAP_LINE_BYTES, TAP_LINES
 
@@ -177,7 +178,7 @@ def test_serve_verbose_keeps_stdout_for_the_protocol(tmp_path: Path) -> None:
         for message in messages:
             proc.stdin.write(json.dumps(message) + "\n")
         proc.stdin.flush()
-        answers = []
+        answers: list[dict[str, Any]] = []
         while not any(a.get("id") == 2 for a in answers):
             line = proc.stdout.readline()
             assert line, "the server closed stdout before answering the call"
