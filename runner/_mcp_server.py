@@ -258,5 +258,8 @@ def configure_logging() -> None:
     if not logging.getLogger().handlers:
         logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="xcsh-run serve: %(message)s")
     host = logging.getLogger("xcsh_run")
-    if not host.level or host.level > logging.INFO:  # `serve -vv` set DEBUG already
+    if host.propagate or not host.level or host.level > logging.INFO:  # `serve -vv` logs DEBUG on its own handler
         host.setLevel(logging.INFO)
+    output = logging.getLogger("xcsh_run.output")  # what tools print: only with -v (runner._output)
+    if not output.level:
+        output.setLevel(logging.WARNING)

@@ -56,6 +56,11 @@ class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
 
     def emit(self, record: logging.LogRecord) -> None:
         self.stream = sys.stderr
+        try:
+            if self.stream.isatty():
+                self.stream.write("\r\x1b[K")  # over the live status line (the next update redraws it)
+        except (OSError, ValueError):
+            pass  # emit() reports its own failure below
         super().emit(record)
 
 
