@@ -10,8 +10,8 @@ are also split into lines and logged as they come, each with the tool's
 module, the worker's pid, the call(s) it is running and the stream. The tap
 is bounded so that a flood cannot flood the terminal or the log file: a line
 is cut at ``TAP_LINE_BYTES``, and each call (or the worker's time between
-calls) shows at most ``TAP_LINES`` lines, then one line saying how many more
-were not shown (the bounded tails above still hold the end).
+calls) shows at most ``TAP_LINES`` lines, then one line saying that the rest
+is not shown (the bounded tails above still hold the end).
 """
 
 from __future__ import annotations
