@@ -48,7 +48,7 @@ from ._calltable import Call, CallTable, DeliverCancel
 from ._config import check_seconds
 from ._deadlines import DeadlineKeeper
 from ._errors import RemoteProtocolError, WorkerDied
-from ._outcomes import deliverer, interpret, limits, not_sent, not_started, stopped
+from ._outcomes import deliverer, interpret, limits, log_end, not_sent, not_started, stopped
 from ._pool import Slot, WorkerPool
 from ._registry import LoadFailed, ToolInfo, ToolRegistry
 from ._results import ErrorKind, ToolResult, error_result
@@ -143,6 +143,7 @@ class Calls:
                 message = f"{info.module} kept changing while {info.name!r} was being started; run it again"
                 return error_result(ErrorKind.LOAD_ERROR, message, module=info.module)
             result = outcome
+            log_end(result, info.name, call.call_id, call.worker)
             # The host's probe, plus what the worker itself failed to apply.
             unenforced = [*self._checked[policy], *call.worker_unenforced]
             if unenforced:
@@ -249,7 +250,7 @@ class Calls:
             if not answered:  # (pending is None if it was stopped before the call was sent)
                 kind = ErrorKind.CANCELLED if call.reason is not None else ErrorKind.TIMEOUT
                 call.stop()
-                rung = await self._deliver_cancel(slot.worker, call.call_id, call.reason or "timeout", pending)
+                rung = await self._deliver_cancel(slot.worker, call, call.reason or "timeout", pending)
                 return stopped(info, kind, call.reason, timeout, rung, slot.worker)
             assert pending is not None
             result = limits(
@@ -270,7 +271,7 @@ class Calls:
             if held.slot is not None:
                 call.stop()
                 with trio.CancelScope(shield=True):
-                    await self._deliver_cancel(held.slot.worker, call.call_id, call.reason or "cancelled", pending)
+                    await self._deliver_cancel(held.slot.worker, call, call.reason or "cancelled", pending)
             raise
         finally:
             if held.slot is not None:

@@ -8,12 +8,17 @@ The ladder (:class:`CancelLadder`), used for timeouts and cancellation alike:
 2. wait up to ``grace`` seconds for the worker to answer or exit;
 3. kill the worker's whole boundary (cgroup) and wait until it is empty.
 
+A forced cancel (:meth:`CallTable.cancel` with ``force``, e.g. a second
+Ctrl-C) ends step 2 at once: the tree is killed by the same step 3.
+Each rung is logged (INFO) on the ``xcsh_run`` logger with the call's id.
+
 The result's ``error.rung`` says whether step 2 (``"cooperative"``) or step 3
 (``"killed"``) ended it. A worker that went through the ladder is never reused.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -25,10 +30,12 @@ from ._errors import ConfigError
 from ._outcomes import Rung
 from ._worker_api import InFlight, PoolWorker
 
+log = logging.getLogger("xcsh_run")
+
 # How to stop a call's worker, in the spirit of trio's `run_process(deliver_cancel=...)`:
-# given the worker, the call id, the reason and the call's request (if sent), stop
+# given the worker, the call, the reason and the call's request (if sent), stop
 # it and say which rung did. It must leave the worker dead or dying, and be bounded.
-DeliverCancel = Callable[[PoolWorker, str, str, "InFlight[p.CallResult] | None"], Awaitable[Rung]]
+DeliverCancel = Callable[[PoolWorker, "Call", str, "InFlight[p.CallResult] | None"], Awaitable[Rung]]
 
 
 @dataclass(frozen=True)
@@ -38,19 +45,31 @@ class CancelLadder:
     grace: float
 
     async def __call__(
-        self, worker: PoolWorker, call_id: str, reason: str, pending: InFlight[p.CallResult] | None
+        self, worker: PoolWorker, call: Call, reason: str, pending: InFlight[p.CallResult] | None
     ) -> Rung:
         rung = Rung.KILLED
+        extra = {"tool": call.tool, "call_id": call.call_id, "pid": worker.pid}
         with trio.CancelScope(shield=True):
-            with trio.move_on_after(self.grace):
-                await worker.notify(p.CANCEL, p.CancelParams(call_id=call_id, reason=reason))
+            with trio.move_on_after(self.grace) as grace:
+                # No checkpoint since the scope was entered: a forced cancel finds it, or finds `forced` set.
+                call.grace = grace
+                if call.forced:
+                    grace.cancel()
+                log.info("stopping %r (%s): $/cancel and SIGTERM sent, killing in %g s", call.tool, reason,
+                         self.grace, extra=extra)  # fmt: skip
+                await worker.notify(p.CANCEL, p.CancelParams(call_id=call.call_id, reason=reason))
                 worker.terminate()
                 if pending is not None:
                     await pending.wait()
                 else:
                     await worker.wait_exited()
                 rung = Rung.COOPERATIVE
+            call.grace = None
+            if rung is Rung.KILLED:
+                why = "forced" if call.forced else f"still running after the {self.grace:g} s grace"
+                log.warning("killing %r and every process it started (%s)", call.tool, why, extra=extra)
             await worker.kill()
+            log.info("%r stopped (%s)", call.tool, rung.value, extra=extra)
         return rung
 
 
@@ -59,7 +78,7 @@ class Call:
 
     __slots__ = (
         "call_id", "scope", "wake", "reason", "tool", "operation", "ui_scopes", "stopping", "worker_unenforced",
-        "worker", "violation",
+        "worker", "violation", "grace", "forced",
     )  # fmt: skip
 
     def __init__(self, call_id: str, tool: str = "", operation: str | None = None) -> None:
@@ -82,6 +101,9 @@ class Call:
         # Set when its worker broke one of the host's bounds during the call
         # (runner._bridge): the call then ends with a tool_error saying so.
         self.violation: str | None = None
+        # The ladder's grace period while it runs; `forced` ends it (now, or as soon as it starts).
+        self.grace: trio.CancelScope | None = None
+        self.forced = False
 
     def stop(self) -> None:
         """The ladder begins (timeouts too): no new UI prompt, and the open ones are answered now."""
@@ -123,12 +145,17 @@ class CallTable:
         self._changed.set()
         self._changed = trio.Event()
 
-    def cancel(self, call_id: str, reason: str = "cancelled") -> bool:
+    def cancel(self, call_id: str, reason: str = "cancelled", *, force: bool = False) -> bool:
+        """Stop a call through the ladder; ``force`` skips what is left of its grace period (the kill rung now)."""
         call = self._calls.get(call_id)
         if call is None:
             return False
         if call.reason is None:
             call.reason = reason
+        if force:
+            call.forced = True
+            if call.grace is not None:
+                call.grace.cancel()
         if call.scope is not None:
             call.scope.cancel()
         if call.wake is not None:

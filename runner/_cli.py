@@ -16,7 +16,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import signal
 import sys
 from typing import Annotated, Any, NoReturn
 
@@ -36,6 +35,7 @@ from ._cli_options import (
     LogFileOpt,
     TimeoutOpt,
     ToolsOpt,
+    VerboseOpt,
     check_seconds,
     fail,
     parse_arguments,
@@ -49,7 +49,7 @@ from ._fuzz_report import COMMANDS
 from ._host import open_runner
 from ._results import ToolResult
 from ._sandbox import SandboxPolicy
-from ._signals import Signals
+from ._signals import CallStopper, Signals
 from ._terminal import TerminalUI, configure_log_file
 
 
@@ -72,6 +72,7 @@ def run_command(
     tools: ToolsOpt = None,
     load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT,
     log_file: LogFileOpt = None,
+    verbose: VerboseOpt = 0,
     resolve: Annotated[
         str,
         typer.Option(
@@ -95,7 +96,7 @@ def run_command(
     arguments = parse_arguments(args, args_file, as_json)
     if ctx.args or show_tool_help:
         arguments |= tool_flags(ctx, tool, tools or (), load_timeout, sandbox, as_json=as_json, help=show_tool_help)
-    configure_log_file(log_file)
+    configure_log_file(log_file, verbose=verbose)
     # A person at the terminal answers the tool's UI prompts (unless stdin carried the arguments).
     interactive = sys.stdin.isatty() and sys.stderr.isatty() and "-" not in (args, args_file)
     check_seconds(timeout=timeout, grace=grace, load_timeout=load_timeout)
@@ -108,7 +109,7 @@ def run_command(
             status.update(partial)
 
     async def main(signals: Signals) -> tuple[ToolResult, str | None]:
-        call_id = "cli-call"
+        call_id = f"cli-{os.urandom(4).hex()}"  # unique per run: tells runs apart in the log file
         try:
             # wanted_tool: a module later in precedence than the one defining
             # the tool cannot change which tool runs, so it is not waited for.
@@ -120,15 +121,10 @@ def run_command(
                 if interactive:
                     runner.set_ui_context(TerminalUI(status.clear if status is not None else None))
 
-                def cancel_call(sig: signal.Signals) -> bool:
-                    # False when the call is not registered yet or is already
-                    # over: there is no ladder to go through, and the whole
-                    # command stops instead.
-                    return runner.cancel(call_id, f"interrupted by {sig.name}")
-
-                # A signal during the call cancels the call, not the command, so
-                # that its own `cancelled` result is still printed.
-                with signals.handled_by(cancel_call):
+                # A signal during the call cancels the call, not the command, so that its
+                # own `cancelled` result is still printed; a second one kills it now.
+                stop = CallStopper(runner.cancel, call_id, tool, grace, status.clear if status is not None else None)
+                with signals.handled_by(stop):
                     # The call goes through the cancellation ladder; this process
                     # exits only once the worker's whole tree is gone.
                     result = await runner.call_tool(
@@ -191,12 +187,13 @@ def list_command(
     as_json: JsonOpt = False,
     load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT,
     log_file: LogFileOpt = None,
+    verbose: VerboseOpt = 0,
     cwd: CwdOpt = None,
     *,
     sandbox: SandboxPolicy,
 ) -> None:
     """Show every tool found (name, label, source, path) and every module that failed to load, with why."""
-    configure_log_file(log_file)
+    configure_log_file(log_file, verbose=verbose)
     found, errors, warnings = _load(tools, load_timeout, sandbox)
     warn(warnings)
     if as_json:

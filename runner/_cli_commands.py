@@ -22,6 +22,7 @@ from ._cli_options import (
     TimeoutOpt,
     TokenOpt,
     ToolsOpt,
+    VerboseOpt,
     check_seconds,
     fail,
     with_sandbox_options,
@@ -45,6 +46,7 @@ def serve_command(
         typer.Option("--max-message-bytes", help="The longest MCP message (one line) accepted; longer get an error."),
     ] = DEFAULT_MAX_MESSAGE_BYTES,
     log_file: LogFileOpt = None,
+    verbose: VerboseOpt = 0,
     max_workers: Annotated[
         int | None,
         typer.Option("--max-workers", help="Calls running at once; more wait their turn [twice the cores, >= 4]."),
@@ -71,7 +73,7 @@ def serve_command(
     from ._mcp_http import parse_address, serve_http
     from ._mcp_stdio import serve_stdio  # only this command needs the MCP server
 
-    configure_log_file(log_file, also_stderr=True)
+    configure_log_file(log_file, verbose=verbose)
     check_seconds(timeout=timeout, grace=grace, load_timeout=load_timeout, queue_timeout=queue_timeout)
     if max_message_bytes < 1024:
         fail(f"--max-message-bytes must be at least 1024, got {max_message_bytes}")
@@ -139,6 +141,7 @@ def fuzz_command(
     ] = False,
     tools: ToolsOpt = None,
     load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT,
+    verbose: VerboseOpt = 0,
     cwd: CwdOpt = None,
     *,
     sandbox: SandboxPolicy,
@@ -156,6 +159,7 @@ def fuzz_command(
     if examples < 1:
         fail(f"--examples must be at least 1, got {examples}")
     check_seconds(timeout=timeout, load_timeout=load_timeout)
+    configure_log_file(None, verbose=verbose)
     from ._fuzz import fuzz_tool  # only this command needs the fuzzer
 
     async def main(_: Signals) -> FuzzReport:

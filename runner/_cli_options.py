@@ -96,6 +96,16 @@ LogFileOpt = Annotated[
     str | None,
     typer.Option("--log-file", help="Where host and tool log records go [~/.local/state/xcsh-run/xcsh-run.log]."),
 ]
+VerboseOpt = Annotated[
+    int,
+    typer.Option(
+        "--verbose",
+        "-v",
+        count=True,
+        help="Show on stderr, as they come, the tools' log records and what they print (stdout, stderr), "
+        "and the host's own records; -vv adds debug records.",
+    ),
+]
 # `serve --http`: docs/mcp.md, "Streamable HTTP".
 HttpOpt = Annotated[
     str | None,

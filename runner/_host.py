@@ -167,9 +167,9 @@ class Runner(RunnerSettings):
 
     # --- calls ----------------------------------------------------------------------------
 
-    def cancel(self, tool_call_id: str, reason: str = "cancelled") -> bool:
-        """Cancel a running call; it ends with a ``cancelled`` result. False if no such call."""
-        return self._calls.table.cancel(tool_call_id, reason)
+    def cancel(self, tool_call_id: str, reason: str = "cancelled", *, force: bool = False) -> bool:
+        """Cancel a running call; it ends ``cancelled``. ``force``: kill it now, even in its grace. False if none."""
+        return self._calls.table.cancel(tool_call_id, reason, force=force)
 
     def cancel_all(self, reason: str = "cancelled") -> None:
         """Cancel every running call."""

@@ -257,4 +257,9 @@ def configure_logging() -> None:
     """The server's own log on stderr: what it does, not what tools print (that is the workers' business)."""
     if not logging.getLogger().handlers:
         logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="xcsh-run serve: %(message)s")
-    logging.getLogger("xcsh_run").setLevel(logging.INFO)
+    host = logging.getLogger("xcsh_run")
+    if host.propagate or not host.level or host.level > logging.INFO:  # `serve -vv` logs DEBUG on its own handler
+        host.setLevel(logging.INFO)
+    output = logging.getLogger("xcsh_run.output")  # what tools print: only with -v (runner._output)
+    if not output.level:
+        output.setLevel(logging.WARNING)

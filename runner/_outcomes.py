@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
+import re
+import sysconfig
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -118,7 +121,7 @@ def interpret(
         return error_result(
             ErrorKind.CRASHED,
             f"the worker running {info.name!r} {describe_exit(exc.returncode)}"
-            + (f"{LAST_STDERR}{last_line(exc.stderr_tail)}" if exc.stderr_tail.strip() else ""),
+            + (f"{LAST_STDERR}{crash_line(exc.stderr_tail, info.module)}" if exc.stderr_tail.strip() else ""),
             exit_code=exc.exit_code,
             signal=exc.signal_name,
             stderr_tail=exc.stderr_tail or None,
@@ -136,6 +139,37 @@ def interpret(
             )
             return error_result(ErrorKind.TOOL_ERROR, message, path=problem.path, module=info.module)
     return ToolResult(content=result.content, details=result.details)
+
+
+_FRAME: Final = re.compile(r'^\s*File "(?P<file>[^"]+)", line \d+ in \S+\s*$')
+_WORKER_DIR: Final = os.path.dirname(os.path.abspath(p.__file__)) + os.sep
+_STDLIB: Final = tuple(os.path.abspath(sysconfig.get_path(name)) + os.sep for name in ("stdlib", "platstdlib"))
+
+
+def crash_line(stderr_tail: str, module: str) -> str:
+    """The line of a dead worker's stderr that says why: faulthandler's, with the tool's innermost frame.
+
+    A fatal signal makes faulthandler write ``Fatal Python error: ...``, each
+    thread's frames (most recent first), and then a list of extension
+    modules: its last line says nothing. Another death: the last line.
+    """
+    lines = [line.strip() for line in stderr_tail.splitlines() if line.strip()]
+    fatal = next((i for i in range(len(lines) - 1, -1, -1) if lines[i].startswith("Fatal Python error:")), None)
+    if fatal is None:
+        return last_line(stderr_tail)
+    frames = [line for line in lines[fatal + 1 :] if (m := _FRAME.match(line)) and _tool_frame(m["file"])]
+    # The crashing thread's frames come after "Current thread ...": its innermost tool frame first.
+    current = next((i for i, line in enumerate(lines) if i > fatal and line.startswith("Current thread")), None)
+    if current is not None:
+        frames = [line for line in lines[current + 1 :] if line in frames] or frames
+    exact = [line for line in frames if f'"{module}"' in line]
+    where = (exact or frames or [""])[0]
+    return f"{lines[fatal]}; innermost tool frame: {where}" if where else lines[fatal]
+
+
+def _tool_frame(path: str) -> bool:
+    """A frame of the tool's code: not the worker's, not the standard library's, not frozen."""
+    return not (path.startswith(("<", _WORKER_DIR, *_STDLIB)))
 
 
 WORKER_KINDS: Final = frozenset({ErrorKind.TOOL_ERROR, ErrorKind.INVALID_ARGUMENTS, ErrorKind.NOT_FOUND})
@@ -227,6 +261,26 @@ def _at_cpu_limit(worker: PoolWorker, policy: SandboxPolicy) -> bool:
     # The SIGKILL at the hard limit comes 5 s after SIGXCPU: the whole budget
     # is used by then (half would also take a tool's own kill -9 for the limit).
     return policy.cpu_seconds is not None and worker.cpu_seconds() >= policy.cpu_seconds
+
+
+# The ends the host logs (the file, and -v): what a person debugging a tool looks for.
+_END_LEVELS: Final = {
+    "timeout": logging.WARNING,
+    "crashed": logging.WARNING,
+    "limit_exceeded": logging.WARNING,
+    "protocol_error": logging.WARNING,
+    "cancelled": logging.INFO,
+    "busy": logging.INFO,
+}
+
+
+def log_end(result: ToolResult, tool: str, call_id: str, worker: PoolWorker | None) -> None:
+    """A host record of a call that ended in one of the host's own observations (see ``_END_LEVELS``)."""
+    level = _END_LEVELS.get(result.kind or "")
+    if level is None or result.error is None:
+        return
+    extra = {"tool": tool, "call_id": call_id, "pid": worker.pid if worker is not None else None}
+    log.log(level, "%r ended %s: %s", tool, result.kind, result.error.message, extra=extra)
 
 
 def str_or_none(value: object) -> str | None:

@@ -431,6 +431,8 @@ class WorkerPool:
             worker = await self.factory.start(policy, module, has_ui=has_ui, tool_env=tool_env)
         slot = self._slots[worker] = Slot(worker, policy, module or "", has_ui=has_ui)
         self.started += 1
+        what = f"for {module}" if module else "(a spare, for the next module to load)"
+        log.info("worker %d started %s, sandbox %s", worker.pid, what, policy.level, extra={"pid": worker.pid})
         return slot
 
     # --- closing ------------------------------------------------------------------------------

@@ -84,7 +84,7 @@ class WorkerProcess:
         # Who waits for which of our requests (the ids and their lifecycle are the connection's).
         self._waiting: dict[int, InFlight[Any]] = {}
         self._unsent = itertools.count(1)  # negative keys in _waiting: requests made while it was ending
-        self._updates: dict[str, UpdateHandler] = {}
+        self._updates = process.output.calls = dict[str, UpdateHandler]()  # also whose output `-v` shows
 
     def __repr__(self) -> str:
         state = "dead" if self.process.dead else "alive" if self.alive else "failed"

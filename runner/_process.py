@@ -119,7 +119,7 @@ class SupervisedProcess(ResourceUse):
         self.python = python or sys.executable
         self.boundary = boundary
         self.workdir = workdir
-        self.output = OutputCapture(output_limit, self.kill_tree)
+        self.output = OutputCapture(output_limit, self.kill_tree, lambda: (self.module, self.pid))
         self.teardown = teardown if teardown is not None else NO_STATS
         self.pid = 0
         self.returncode: int | None = None

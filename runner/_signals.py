@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Final
 
@@ -50,6 +51,53 @@ class Signals:
             handler = self._handlers[-1] if self._handlers else None
             if handler is None or not handler(sig):
                 self._scope.cancel()
+
+
+class CallStopper:
+    """A :data:`SignalHandler` for the CLI's one call: stop it through the ladder, and say so; again: kill it now.
+
+    The first signal cancels the call (``$/cancel`` and SIGTERM, then the
+    grace period) and says on stderr what happens next, since the grace may
+    be long and the terminal would otherwise look hung. A second one forces
+    the ladder's kill rung at once: the worker's whole tree is still killed
+    and reaped before the command exits. ``cancel`` is ``Runner.cancel``; it
+    says False when the call is not running (not registered yet, or over),
+    and the signal then stops the whole command instead.
+    """
+
+    def __init__(
+        self, cancel: Callable[..., bool], call_id: str, tool: str, grace: float, clear: Callable[[], None] | None
+    ) -> None:
+        self._cancel = cancel
+        self._call_id = call_id
+        self._tool = tool
+        self._grace = grace
+        self._clear = clear
+        self.received = 0
+
+    def __call__(self, sig: signal.Signals) -> bool:
+        self.received += 1
+        reason = f"interrupted by {sig.name}"
+        if self.received == 1:
+            if not self._cancel(self._call_id, reason):
+                return False
+            again = "press Ctrl-C again" if sig is signal.SIGINT else f"send {sig.name} again"
+            self._say(f"stopping {self._tool} (SIGTERM sent; killing in {self._grace:.1f} s; {again} to kill now)")
+            return True
+        if not self._cancel(self._call_id, reason, force=True):
+            return False
+        if self.received == 2:
+            self._say(f"killing {self._tool} and every process it started now")
+        return True
+
+    def _say(self, text: str) -> None:
+        if self._clear is not None:
+            self._clear()  # the status line would garble it
+        try:
+            sys.stderr.write(f"xcsh-run: {text}\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):  # a closed stderr must not turn a stop into a crash
+            pass
 
 
 @contextlib.asynccontextmanager

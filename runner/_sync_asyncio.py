@@ -179,9 +179,12 @@ class AsyncioRunner:
         )  # fmt: skip
         return await self._await(job, call_id)
 
-    def cancel(self, tool_call_id: str, reason: str = "cancelled") -> bool:
-        """Cancel a running call; it ends with a ``cancelled`` result. False if no such call."""
-        return self.blocking.cancel(tool_call_id, reason)
+    def cancel(self, tool_call_id: str, reason: str = "cancelled", *, force: bool = False) -> bool:
+        """Cancel a running call; it ends with a ``cancelled`` result. False if no such call.
+
+        ``force``: kill it now, even in its grace.
+        """
+        return self.blocking.cancel(tool_call_id, reason, force=force)
 
     def cancel_all(self, reason: str = "cancelled") -> None:
         """Cancel every running call."""

@@ -185,9 +185,12 @@ class BlockingRunner:
     ) -> Callable[[], Awaitable[ToolResult]]:
         return lambda: self._runner.call_tool(name, arguments, tool_call_id=call_id, **options)
 
-    def cancel(self, tool_call_id: str, reason: str = "cancelled") -> bool:
-        """Cancel a running call (from any thread); it ends with a ``cancelled`` result. False if no such call."""
-        return self._run_sync(self._runner.cancel, tool_call_id, reason)
+    def cancel(self, tool_call_id: str, reason: str = "cancelled", *, force: bool = False) -> bool:
+        """Cancel a running call (from any thread); it ends with a ``cancelled`` result. False if no such call.
+
+        ``force``: kill it now, even in its grace.
+        """
+        return self._run_sync(lambda: self._runner.cancel(tool_call_id, reason, force=force))
 
     def cancel_all(self, reason: str = "cancelled") -> None:
         """Cancel every running call."""

@@ -17,6 +17,9 @@ import trio
 LOG_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s [tool=%(tool)s call=%(call_id)s pid=%(pid)s] %(message)s"
 LOG_BYTES: Final = 10 * 2**20
 LOG_BACKUPS: Final = 3
+SELECT_ATTEMPTS: Final = 3  # answers a `ui.select` prompt takes before an invalid one dismisses it
+OUTPUT_LOGGER: Final = "xcsh_run.output"  # runner._output's tap
+TOOL_LOGGER: Final = "xcsh_run.tool"  # runner._bridge's tool records
 
 
 def default_log_file() -> Path:
@@ -29,36 +32,88 @@ class _Defaults(logging.Filter):
     """Host records have no tool fields; give them blanks so one format serves all."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        for name in ("tool", "call_id", "pid"):
-            if not hasattr(record, name):
+        for name in ("tool", "call_id", "pid", "stream"):
+            if getattr(record, name, None) is None:
                 setattr(record, name, "-")
         return True
 
 
-def configure_log_file(path: str | os.PathLike[str] | None, *, also_stderr: bool = False) -> Path | None:
-    """Send the host's and the tools' log records to ``path`` (rotated at 10 MiB, 3 kept).
+class _VerboseFormat(logging.Formatter):
+    """``-v`` lines: a tool's output and records under its name, pid and call; the host's as ``xcsh-run:``."""
 
-    With ``also_stderr`` they still reach the root logger's handlers too (``serve``
-    logs to stderr); otherwise they go to the file only, so that a tool's
-    warnings never land on a person's terminal.
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        if record.name in (OUTPUT_LOGGER, TOOL_LOGGER):
+            who = " ".join(str(getattr(record, name, "-")) for name in ("tool", "pid", "call_id"))
+            # An output record's message is already "stdout: ..." or "stderr: ...".
+            level = "" if record.name == OUTPUT_LOGGER else f"{record.levelname.lower()}: "
+            return f"[{who}] {level}{message}"
+        return f"xcsh-run: {record.levelname.lower()}: {message}"
 
-    Returns the path in use, or None when it cannot be opened (a warning on
-    stderr says so; logging is never a reason to fail a call).
+
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """A handler on whatever ``sys.stderr`` is when a record comes (a test may swap it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        try:
+            if self.stream.isatty():
+                self.stream.write("\r\x1b[K")  # over the live status line (the next update redraws it)
+        except (OSError, ValueError):
+            pass  # emit() reports its own failure below
+        super().emit(record)
+
+
+# Set by configure_log_file: a second call (the CLI run in-process, in tests) replaces them.
+_installed: list[logging.Handler] = []
+
+
+def configure_log_file(path: str | os.PathLike[str] | None, *, verbose: int = 0) -> None:
+    """Wire logging for a CLI command: the host's and the tools' records to ``path``, and ``-v`` to stderr.
+
+    The log file (``path``, else :func:`default_log_file`; rotated at 10 MiB,
+    3 kept) gets every record of the ``xcsh_run`` loggers: the host's own
+    (worker starts, timeouts, the ladder's rungs, crashes, kills) and the
+    tools' (``xcsh_run.tool``). A log file that cannot be opened is a warning
+    on stderr, never a reason to fail a call.
+
+    ``verbose`` (the count of ``-v``): 1 streams the tools' records, the
+    captured stdout and stderr of each worker and its children
+    (``xcsh_run.output``, bounded, see ``runner._output``) and the host's
+    records at INFO to stderr as they come; 2 adds DEBUG. Without it, nothing
+    reaches stderr but what propagates to the root logger's handlers (``serve``
+    installs one for warnings): a tool's records never land on a person's
+    terminal uninvited. stdout is never written, so ``serve`` (stdio) keeps it for the protocol.
     """
+    root = logging.getLogger("xcsh_run")
+    for old in _installed:
+        root.removeHandler(old)
+    _installed.clear()
+    root.setLevel(logging.DEBUG)
+    # The output tap reads and splits the workers' output only when someone listens.
+    logging.getLogger(OUTPUT_LOGGER).setLevel(logging.INFO if verbose else logging.WARNING)
     target = Path(path) if path is not None else default_log_file()
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        handler = logging.handlers.RotatingFileHandler(target, maxBytes=LOG_BYTES, backupCount=LOG_BACKUPS)
+        handler: logging.Handler = logging.handlers.RotatingFileHandler(
+            target, maxBytes=LOG_BYTES, backupCount=LOG_BACKUPS
+        )
     except OSError as exc:
         sys.stderr.write(f"xcsh-run: warning: cannot write the log file {target}: {exc.strerror}\n")
-        return None
-    handler.setFormatter(logging.Formatter(LOG_FORMAT))
-    handler.addFilter(_Defaults())
-    root = logging.getLogger("xcsh_run")
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG)
-    root.propagate = also_stderr
-    return target
+    else:
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        handler.addFilter(_Defaults())
+        _installed.append(handler)
+    if verbose:
+        handler = _Stderr()
+        handler.setLevel(logging.DEBUG if verbose > 1 else logging.INFO)
+        handler.setFormatter(_VerboseFormat())
+        handler.addFilter(_Defaults())
+        _installed.append(handler)
+    for handler in _installed:
+        root.addHandler(handler)
+    # With -v every record reaches stderr here; a root handler would print the warnings twice.
+    root.propagate = not verbose
 
 
 class TerminalUI:
@@ -86,12 +141,28 @@ class TerminalUI:
         return None if line == "" else line.rstrip("\n")
 
     async def select(self, title: str, options: list[str]) -> str | None:
+        """An option, by its number or its text; nothing (or end of input) dismisses: None.
+
+        An answer that is neither is asked again, with the choices listed,
+        ``SELECT_ATTEMPTS`` times in all; then the prompt counts as dismissed.
+        """
         menu = "".join(f"  {i}) {option}\n" for i, option in enumerate(options, 1))
-        answer = await self._line(f"{title}\n{menu}choose 1-{len(options)}: ")
-        if answer is None or not answer.strip().isdigit():
-            return None
-        index = int(answer.strip()) - 1
-        return options[index] if 0 <= index < len(options) else None
+        prompt = f"{title}\n{menu}choose 1-{len(options)}: "
+        for _ in range(SELECT_ATTEMPTS):
+            answer = await self._line(prompt)
+            if answer is None or not answer.strip():
+                return None
+            choice = answer.strip()
+            if choice.isdigit() and 1 <= int(choice) <= len(options):
+                return options[int(choice) - 1]
+            if choice in options:
+                return choice
+            prompt = (
+                f"{choice!r} is not one of the choices; enter a number from 1 to {len(options)} "
+                f"(or nothing to dismiss)\n{menu}choose 1-{len(options)}: "
+            )
+        self._say(f"no valid choice after {SELECT_ATTEMPTS} answers; {title!r} dismissed\n")
+        return None
 
     async def confirm(self, title: str, message: str) -> bool:
         answer = await self._line(f"{title}: {message} [y/N] ")

@@ -390,8 +390,9 @@ def test_log_file_gets_tool_records(tmp_path: Path) -> None:
     assert proc.returncode == 0
     lines = [line for line in log.read_text().splitlines() if "record " in line]
     assert len(lines) == 2
-    assert "WARNING xcsh_run.tool [tool=log call=cli-call pid=" in lines[0]
-    assert lines[0].endswith("record 0 from cli-call")
+    assert "WARNING xcsh_run.tool [tool=log call=cli-" in lines[0]
+    call_id = lines[0].split("call=", 1)[1].split()[0]
+    assert lines[0].endswith(f"record 0 from {call_id}")
 
 
 def test_list_and_describe_start_no_spare_worker(monkeypatch: pytest.MonkeyPatch) -> None:

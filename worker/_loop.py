@@ -26,6 +26,7 @@ A tool that ignores both is killed by the host after the grace period.
 from __future__ import annotations
 
 import faulthandler
+import io
 import os
 import signal
 import sys
@@ -387,6 +388,10 @@ def main(argv: list[str] | None = None) -> NoReturn:
     # tool half-way (workers also live in their own session).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     faulthandler.enable()  # a segfault leaves a Python traceback in the stderr tail
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        # A tool's print() reaches the host (and `xcsh-run -v`) as it prints,
+        # not when a block of it is buffered or the worker exits.
+        sys.stdout.reconfigure(line_buffering=True)
     # Tools' subprocesses must not inherit the protocol fds: a child holding
     # fd_out could forge frames, and one holding fd_in's peer would keep EOF away.
     os.set_inheritable(fd_in, False)
