@@ -28,6 +28,7 @@ def test_authoring_exports() -> None:
         "TextContent",
         "ToolAnnotations",
         "ToolCancelled",
+        "ToolError",
         "ToolResult",
     ]
 
