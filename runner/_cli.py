@@ -426,7 +426,7 @@ def fuzz_command(
       0  no failure found
       1  a failure was found (each is printed with a command that reproduces it)
       2  usage error, unknown tool, the tool could not be fuzzed, or Hypothesis
-         is not installed (pip install 'xcsh-run[fuzz]')
+         is not installed (pip install 'hypothesis>=6.100' beside xcsh-run)
     130  interrupted
     """
     if examples < 1:

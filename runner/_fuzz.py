@@ -24,7 +24,7 @@ depend on local state).
 Hypothesis, and the strategies in ``_fuzz_schema``, are imported only when a
 fuzz run starts: ``import runner`` (and so ``xcsh-run TOOL``) does not pay for
 them, and works without them. Hypothesis is the ``fuzz`` extra
-(``pip install 'xcsh-run[fuzz]'``); without it a run fails at once with a
+(``xcsh-run[fuzz]``, or ``pip install hypothesis`` beside xcsh-run); without it a run fails at once with a
 :class:`ConfigError` saying so. The reports are in ``_fuzz_report``, the
 process checks in ``_fuzz_procs``, the verdicts in ``_fuzz_judge``.
 """
@@ -60,7 +60,9 @@ DEFAULT_MAX_TIMEOUTS: Final = 1
 # What a caller without Hypothesis is told: `import runner` and every other
 # command work without it.
 FUZZ_EXTRA_MISSING: Final = (
-    "fuzzing needs Hypothesis, which is not installed; install it with: pip install 'xcsh-run[fuzz]'"
+    "fuzzing needs Hypothesis (xcsh-run's fuzz extra), which is not installed; add it to the environment "
+    "xcsh-run runs in: pip install 'hypothesis>=6.100' (pipx: pipx inject xcsh-run hypothesis; "
+    "uv: uv tool install --with hypothesis ...); docs/install.md has every way"
 )
 
 
@@ -124,7 +126,7 @@ async def fuzz_tool(
     Raises:
         ConfigError: a tool is not found (the message says why, load errors
             included), the arguments are out of range, or Hypothesis is not
-            installed (``pip install 'xcsh-run[fuzz]'``).
+            installed (the message says how to add it).
 
     Cancellation: cancelling the caller's scope stops the call in flight
     through the ladder, and every worker is gone before ``Cancelled`` propagates.

@@ -186,10 +186,10 @@ class ToolFuzz:
 
     def _search(self, name: str, strategies: SchemaStrategies, seed: int, examples: int) -> None:
         """One round: a Hypothesis run of ``examples`` examples; raises what Hypothesis raises."""
-        self.round_calls, self.first_new_at = 0, None
         from hypothesis import HealthCheck, Phase, Verbosity, given, settings
         from hypothesis import seed as hypothesis_seed
 
+        self.round_calls, self.first_new_at = 0, None
         config = settings(
             max_examples=examples,
             database=None,  # reproducible from the seed alone, never from local state
@@ -270,7 +270,7 @@ class ToolFuzz:
             if self.timeouts >= self.max_timeouts:
                 raise _Stop(
                     f"{self.timeouts} call{'s' * (self.timeouts != 1)} timed out "
-                    f"(max_timeouts, --max-timeouts: {self.max_timeouts})"
+                    f"(max_timeouts={self.max_timeouts}, --max-timeouts {self.max_timeouts})"
                 )
         if key in self.known:
             return
