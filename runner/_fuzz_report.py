@@ -198,6 +198,8 @@ class FuzzReport(msgspec.Struct, frozen=True):
                     ET.SubElement(case, "error", message=prop.error, type="fuzz_error")
                 if prop.skipped is not None:
                     ET.SubElement(case, "skipped", message=prop.skipped)
+                if prop.stopped is not None:
+                    ET.SubElement(case, "system-out").text = f"stopped early: {prop.stopped}"
             for key, value in counts.items():
                 totals[key] += value
         root.attrib.update({k: str(v) for k, v in totals.items()})

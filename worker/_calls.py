@@ -201,11 +201,13 @@ def exception_evidence(exc: BaseException, expected: tuple[type[BaseException], 
     the host (``xcsh-run fuzz``) reads the names.
     """
     names = [_type_name(cls) for cls in type(exc).__mro__ if cls is not object]
-    frames = traceback.extract_tb(exc.__traceback__)
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:  # to the innermost frame, without reading any source
+        tb = tb.tb_next
     return {
         "exception": names[0],
         "exception_mro": names,
-        "raised_at": f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None,
+        "raised_at": f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb is not None else None,
         "deliberate": True if isinstance(exc, (ToolError, *expected)) else None,
     }
 
