@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import random
 import time
 from collections.abc import Sequence
@@ -19,7 +18,7 @@ import msgspec
 import trio
 
 from ._fuzz_judge import ErrorRules, Key, failure_key, first_line, judge
-from ._fuzz_procs import describe_processes, kill_processes, marked_processes
+from ._fuzz_procs import describe_processes, kill_processes, lasting_strays
 from ._fuzz_report import (
     BUSY_WORKER,
     LEFT_BEHIND,
@@ -41,8 +40,9 @@ if TYPE_CHECKING:
 # A call that has not returned this long after its own timeout means the
 # runner itself is stuck (its ladder always ends a call): report it, do not hang.
 _RUNNER_SLACK: Final = 30.0
-# How long a spare worker's start may take before the stray scan goes ahead anyway.
-_SETTLE: Final = 10.0
+# How long a marked process that is not one of our workers may take to stop
+# looking like a stray (see lasting_strays) before it is reported as one.
+_STRAY_GRACE: Final = 1.0
 # Each round finds at least one new distinct failure, or is the last.
 _MAX_ROUNDS: Final = 10
 
@@ -235,8 +235,8 @@ class ToolFuzz:
         if found is None and stats is not None and (stats.busy_workers or stats.running_calls):
             found = (BUSY_WORKER, f"after the call returned: {stats.busy_workers} busy worker(s)")
         # After a call, every marked process is an idle worker, a direct child
-        # of this process: anything else was left behind by the call.
-        strays = [p for p in marked_processes(self.mark) if p[1] != os.getpid()]
+        # of this process: anything else that lasts was left behind by the call.
+        strays = lasting_strays(self.mark, _STRAY_GRACE)
         if strays:
             kill_processes(strays)
             if found is None:
@@ -283,14 +283,6 @@ class ToolFuzz:
             result = await self.runner.call_tool(
                 self.info.name, arguments, timeout=self.timeout, tool_call_id=f"fuzz-{next(self._ids)}"
             )
-            # A spare worker the pool is starting is briefly visible (its
-            # supervisor, before it hides itself): let it finish, so that the
-            # scan for strays sees only what the call left behind, and the
-            # next call does not spend its timeout waiting for a worker. The
-            # pool has no event for it: poll its statistics.
-            with trio.move_on_after(_SETTLE):
-                while self.runner.statistics().starting_workers:  # noqa: ASYNC110
-                    await trio.sleep(0.005)
             return result, self.runner.statistics()
         return None, None
 
