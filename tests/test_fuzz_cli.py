@@ -2,8 +2,9 @@
 
 The real console script runs as a subprocess against real workers. The planted
 bugs are in ``examples/buggy_tool.py``: a crash on an empty text and a hang on
-a negative repeat count. Each run of it costs about a dozen call timeouts
-(finding and shrinking the hang), so it runs once per seed for the module.
+a negative repeat count. Each run of it costs up to 20 call timeouts (finding
+and shrinking the hang, then searching on: --max-timeouts), so it runs once per
+seed for the module.
 """
 
 from __future__ import annotations
