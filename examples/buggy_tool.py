@@ -6,8 +6,11 @@ It repeats a text. It is fine for most arguments, but:
   careless C extension or a stray ``sys.exit`` would: the call ends ``crashed``;
 * a negative ``repeat`` sends it into an endless loop: the call ends ``timeout``.
 
-``xcsh-run fuzz buggy_echo --tools examples/buggy_tool.py`` finds both and
-prints the minimal arguments, ``{"text": ""}`` and ``{"text": "0", "repeat": -1}``.
+``xcsh-run fuzz buggy_echo --tools examples/buggy_tool.py --timeout 1`` finds
+both in one run, whatever the seed (the search goes on after the first
+failure), and prints the minimal arguments, ``{"text": ""}`` and
+``{"text": "0", "repeat": -1}``. About a third of the arguments it generates
+hang, each costing the timeout: the run stops early at ``--max-timeouts``.
 """
 
 import os

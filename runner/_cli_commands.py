@@ -133,12 +133,24 @@ def fuzz_command(
     ] = None,
     timeout: Annotated[
         float | None,
-        typer.Option("--timeout", help="Seconds per call before it counts as a hang [the tool's, else 10]."),
+        typer.Option("--timeout", help="Seconds per call before it counts as a hang [10, or the tool's if shorter]."),
     ] = None,
     junit: Annotated[str | None, typer.Option("--junit", metavar="FILE", help="Also write a JUnit XML report.")] = None,
     fail_on_tool_error: Annotated[
-        bool, typer.Option("--fail-on-tool-error", help="Count a tool_error on valid arguments as a failure.")
+        bool,
+        typer.Option("--fail-on-tool-error", help="Count every tool_error on valid arguments, deliberate or not."),
     ] = False,
+    allow_error: Annotated[
+        list[str] | None,
+        typer.Option("--allow-error", metavar="TYPE", help="An exception class whose tool_error passes (repeatable)."),
+    ] = None,
+    flag_error: Annotated[
+        list[str] | None,
+        typer.Option("--flag-error", metavar="TYPE", help="An exception class whose tool_error fails (repeatable)."),
+    ] = None,
+    max_timeouts: Annotated[
+        int, typer.Option("--max-timeouts", help="Stop searching a property after this many calls timed out.")
+    ] = 20,
     tools: ToolsOpt = None,
     load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT,
     verbose: VerboseOpt = 0,
@@ -153,11 +165,13 @@ def fuzz_command(
       0  no failure found
       1  a failure was found (each is printed with a command that reproduces it)
       2  usage error, unknown tool, the tool could not be fuzzed, or Hypothesis
-         is not installed (pip install 'xcsh-run[fuzz]')
+         is not installed (pip install 'hypothesis>=6.100' beside xcsh-run)
     130  interrupted
     """
     if examples < 1:
         fail(f"--examples must be at least 1, got {examples}")
+    if max_timeouts < 1:
+        fail(f"--max-timeouts must be at least 1, got {max_timeouts}")
     check_seconds(timeout=timeout, load_timeout=load_timeout)
     configure_log_file(None, verbose=verbose)
     from ._fuzz import fuzz_tool  # only this command needs the fuzzer
@@ -171,6 +185,9 @@ def fuzz_command(
             seed=seed,
             timeout=timeout,
             fail_on_tool_error=fail_on_tool_error,
+            allow_errors=allow_error or (),
+            flag_errors=flag_error or (),
+            max_timeouts=max_timeouts,
             sandbox=sandbox,
             load_timeout=load_timeout,
             discover_sources=True,

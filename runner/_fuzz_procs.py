@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from collections.abc import Sequence
 from typing import Final
 
@@ -42,6 +43,25 @@ def marked_processes(mark: str, var: str = MARK_VAR) -> list[tuple[int, int, str
             continue
         found.append((int(entry), int(fields[1]), cmd))
     return found
+
+
+def lasting_strays(mark: str, grace: float, var: str = MARK_VAR) -> list[tuple[int, int, str]]:
+    """Marked processes, other than this one's children, that are still there (and still marked) after ``grace``.
+
+    A worker the pool is starting in the background (a spare) forks its
+    supervisor, which carries the mark and is not our child until it scrubs
+    its environment, a few milliseconds later (longer on a loaded machine).
+    Only what outlasts that is a stray; a stray the tool left behind lasts.
+    Polled: a process's environment has no event to wait on.
+    """
+    me = os.getpid()
+    strays = [p for p in marked_processes(mark, var) if p[1] != me]
+    deadline = time.monotonic() + grace
+    while strays and time.monotonic() < deadline:
+        time.sleep(0.02)
+        again = {p[0]: p for p in marked_processes(mark, var) if p[1] != me}
+        strays = [again[pid] for pid, _, _ in strays if pid in again]
+    return strays
 
 
 def kill_processes(processes: Sequence[tuple[int, int, str]]) -> None:

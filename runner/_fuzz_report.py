@@ -46,8 +46,9 @@ class FuzzFailure(msgspec.Struct, frozen=True):
         property: ``"valid inputs"``, ``"near-misses"`` or ``"no process left behind"``.
         problem: what went wrong: ``crashed``, ``timeout``, ``protocol_error``,
             ``valid_rejected``, ``invalid_accepted``, ``bad_shape``,
-            ``left_behind``, ``busy_worker``, ``tool_error`` (only with
-            ``fail_on_tool_error``), or another error kind the call ended with.
+            ``left_behind``, ``busy_worker``, ``tool_error`` (an exception
+            that signals a bug, or any with ``fail_on_tool_error``), or
+            another error kind the call ended with.
         message: one line saying what happened.
         arguments: the minimal arguments that show it (None for a problem
             found after the run, such as a process left behind).
@@ -55,6 +56,8 @@ class FuzzFailure(msgspec.Struct, frozen=True):
         near_miss: for a near-miss, which rule was broken.
         result: the call's result as JSON, when there was one.
         flaky: Hypothesis could not make the example fail again on replay.
+        shrunk: False when the search stopped (``max_timeouts``) before
+            Hypothesis shrank it: the smallest example seen, maybe not minimal.
     """
 
     tool: str
@@ -66,6 +69,7 @@ class FuzzFailure(msgspec.Struct, frozen=True):
     near_miss: str | None = None
     result: dict[str, Any] | None = None
     flaky: bool = False
+    shrunk: bool = True
 
 
 class PropertyReport(msgspec.Struct, frozen=True):
@@ -77,6 +81,8 @@ class PropertyReport(msgspec.Struct, frozen=True):
             this fuzzer knows how to build), or None.
         error: why the property could not run to the end (no arguments could
             be generated, ...), or None.
+        stopped: why the search ended before its examples were spent (too
+            many calls timed out), or None.
         seconds: wall time (not in :meth:`FuzzReport.summary`, which is
             reproducible from the seed).
     """
@@ -87,6 +93,7 @@ class PropertyReport(msgspec.Struct, frozen=True):
     failures: list[FuzzFailure] = []
     skipped: str | None = None
     error: str | None = None
+    stopped: str | None = None
     seconds: float = 0.0
 
 
@@ -141,8 +148,10 @@ class FuzzReport(msgspec.Struct, frozen=True):
                 lines.append(f"{head} ERROR: {prop.error}")
             else:
                 lines.append(f"{head} ok ({_calls(prop)})" if prop.name != CLEANUP else f"{head} ok")
+            if prop.stopped is not None:
+                lines.append(f"  stopped early: {prop.stopped}")
             for f in prop.failures:
-                lines.append(f"  {f.problem}{' (flaky)' if f.flaky else ''}: {f.message}")
+                lines.append(f"  {f.problem}{_marks(f)}: {f.message}")
                 if f.near_miss is not None:
                     lines.append(f"    near-miss: {f.near_miss}")
                 if f.reproducer is not None:
@@ -189,6 +198,8 @@ class FuzzReport(msgspec.Struct, frozen=True):
                     ET.SubElement(case, "error", message=prop.error, type="fuzz_error")
                 if prop.skipped is not None:
                     ET.SubElement(case, "skipped", message=prop.skipped)
+                if prop.stopped is not None:
+                    ET.SubElement(case, "system-out").text = f"stopped early: {prop.stopped}"
             for key, value in counts.items():
                 totals[key] += value
         root.attrib.update({k: str(v) for k, v in totals.items()})
@@ -201,12 +212,18 @@ class FuzzReport(msgspec.Struct, frozen=True):
             f.write(self.junit_xml())
 
 
+def _marks(f: FuzzFailure) -> str:
+    return (" (flaky)" if f.flaky else "") + ("" if f.shrunk else " (not shrunk)")
+
+
 def _calls(prop: PropertyReport) -> str:
     return f"{prop.calls} call{'s' * (prop.calls != 1)}"
 
 
 def _failure_text(f: FuzzFailure) -> str:
     lines = [f"{f.problem}{' (flaky: did not fail again on replay)' if f.flaky else ''}: {f.message}"]
+    if not f.shrunk:
+        lines.append("not shrunk: the search stopped (max_timeouts) before this example was made minimal")
     if f.near_miss is not None:
         lines.append(f"near-miss: {f.near_miss}")
     if f.arguments is not None:

@@ -17,7 +17,7 @@ import logging
 import os
 import re
 import sysconfig
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from worker import _protocol as p
@@ -91,6 +91,17 @@ def stopped(
     )
 
 
+def _exception_evidence(data: Mapping[str, Any]) -> dict[str, Any]:
+    """What the worker says of a tool_error's exception, kept only where it has the documented types."""
+    mro = data.get("exception_mro")
+    return {
+        "exception": str_or_none(data.get("exception")),
+        "exception_mro": mro if isinstance(mro, list) and all(isinstance(n, str) for n in mro) else None,
+        "raised_at": str_or_none(data.get("raised_at")),
+        "deliberate": data.get("deliberate") if isinstance(data.get("deliberate"), bool) else None,
+    }
+
+
 def interpret(
     info: ToolInfo, worker: PoolWorker, pending: InFlight[p.CallResult], policy: SandboxPolicy, *, stopped: bool
 ) -> ToolResult:
@@ -116,6 +127,7 @@ def interpret(
             path=str_or_none(data.get("path")),
             limit=limit,
             module=info.module,
+            **(_exception_evidence(data) if kind is ErrorKind.TOOL_ERROR else {}),
         )
     except WorkerDied as exc:
         return error_result(

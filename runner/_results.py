@@ -38,6 +38,13 @@ class ErrorInfo(msgspec.Struct, frozen=True, omit_defaults=True):
             stopped within the grace period) or ``"killed"`` (SIGKILL after it).
         limit: which limit was hit, for ``limit_exceeded``.
         module: the tool module involved, when known.
+        exception: for a ``tool_error`` from an exception, its type's name
+            (``"ZeroDivisionError"``; ``"module.Class"`` outside builtins).
+        exception_mro: that type and all its bases, most specific first
+            (``["KeyError", "LookupError", "Exception", "BaseException"]``).
+        raised_at: ``"file:line"`` of the innermost frame that raised it.
+        deliberate: True when the tool raised it on purpose: a
+            ``worker.pi.ToolError`` or one of the tool's ``expected_errors``.
     """
 
     kind: str
@@ -50,6 +57,10 @@ class ErrorInfo(msgspec.Struct, frozen=True, omit_defaults=True):
     rung: str | None = None
     limit: str | None = None
     module: str | None = None
+    exception: str | None = None
+    exception_mro: list[str] | None = None
+    raised_at: str | None = None
+    deliberate: bool | None = None
 
 
 class ToolResult(msgspec.Struct, frozen=True):

@@ -32,6 +32,7 @@ def test_authoring_exports() -> None:
         "ToolAnnotations",
         "ToolCancelled",
         "ToolContext",
+        "ToolError",
         "ToolResult",
         "UI",
     ]

@@ -2,8 +2,9 @@
 
 The real console script runs as a subprocess against real workers. The planted
 bugs are in ``examples/buggy_tool.py``: a crash on an empty text and a hang on
-a negative repeat count. Each run of it costs about a dozen call timeouts
-(finding and shrinking the hang), so it runs once per seed for the module.
+a negative repeat count. Each run of it costs up to 20 call timeouts (finding
+and shrinking the hang, then searching on: --max-timeouts), so it runs once per
+seed for the module.
 """
 
 from __future__ import annotations
@@ -242,7 +243,7 @@ def test_ctrl_c_stops_the_run_and_leaves_nothing(tmp_path: Path) -> None:
 
 # Hypothesis is the `fuzz` extra: these run the CLI and the API in a Python where it cannot be imported.
 WITHOUT_HYPOTHESIS = "import sys; sys.modules['hypothesis'] = None; "
-FUZZ_EXTRA = "pip install 'xcsh-run[fuzz]'"
+FUZZ_EXTRA = "pip install 'hypothesis>=6.100'"
 
 
 def without_hypothesis(code: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

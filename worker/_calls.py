@@ -32,6 +32,7 @@ from ._frames import MAX_NESTING, encode_value
 from ._messages import ErrorCode, ErrorObject, error_object
 from ._signal import AbortSignal, ToolCancelled
 from ._tools import LoadedTool, ResultError, normalize_result
+from .pi import ToolError
 
 Outcome: TypeAlias = Any  # a result, or an ErrorObject
 
@@ -195,12 +196,35 @@ def execute(
         # Encoded by send_reply, once, straight into its frame (a large result is never copied whole).
         return normalize_result(value)
     except ResultError as exc:
-        return error_object(ErrorCode.TOOL_ERROR, str(exc))
+        return error_object(ErrorCode.TOOL_ERROR, str(exc), **exception_evidence(exc, ()))
     except BaseException as exc:
-        return _failure(exc, call)
+        return _failure(exc, call, getattr(loaded.tool, "expected_errors", ()))
 
 
-def _failure(exc: BaseException, call: Call) -> ErrorObject:
+def exception_evidence(exc: BaseException, expected: tuple[type[BaseException], ...]) -> dict[str, Any]:
+    """``error.data``'s account of an exception: its type, every base, where it was raised, and whether deliberate.
+
+    Deliberate means a :class:`ToolError` or one of the tool's ``expected_errors``
+    (subclasses included): the worker decides, since only it has the classes;
+    the host (``xcsh-run fuzz``) reads the names.
+    """
+    names = [_type_name(cls) for cls in type(exc).__mro__ if cls is not object]
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:  # to the innermost frame, without reading any source
+        tb = tb.tb_next
+    return {
+        "exception": names[0],
+        "exception_mro": names,
+        "raised_at": f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb is not None else None,
+        "deliberate": True if isinstance(exc, (ToolError, *expected)) else None,
+    }
+
+
+def _type_name(cls: type) -> str:
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _failure(exc: BaseException, call: Call, expected: tuple[type[BaseException], ...]) -> ErrorObject:
     if call.signal.aborted and _is_cancellation(exc):
         return error_object(ErrorCode.CANCELLED, f"cancelled: {call.signal.reason}")
     if isinstance(exc, SystemExit):
@@ -218,7 +242,9 @@ def _failure(exc: BaseException, call: Call) -> ErrorObject:
             limit=limit,
             traceback=traceback.format_exc(),
         )
-    return error_object(ErrorCode.TOOL_ERROR, message, traceback=traceback.format_exc())
+    return error_object(
+        ErrorCode.TOOL_ERROR, message, traceback=traceback.format_exc(), **exception_evidence(exc, expected)
+    )
 
 
 def _limit_hit(exc: BaseException) -> str | None:

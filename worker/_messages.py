@@ -108,12 +108,21 @@ JsonRpcId: TypeAlias = int | str
 
 
 class ErrorData(msgspec.Struct, frozen=True, omit_defaults=True):
-    """``error.data`` of an application error: the kind plus optional evidence."""
+    """``error.data`` of an application error: the kind plus optional evidence.
+
+    ``exception``, ``exception_mro``, ``raised_at`` and ``deliberate`` describe
+    the exception behind a ``tool_error`` (protocol.md, section 6); a host must
+    not require them (older workers do not send them).
+    """
 
     kind: str
     traceback: str | None = None
     path: str | None = None
     limit: str | None = None
+    exception: str | None = None
+    exception_mro: list[str] | None = None
+    raised_at: str | None = None
+    deliberate: bool | None = None
 
 
 class ErrorObject(msgspec.Struct, frozen=True, omit_defaults=True):

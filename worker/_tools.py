@@ -26,8 +26,8 @@ class LoadFailure(Exception):
     """The module could not be imported, or its factory failed as a whole."""
 
 
-class ResultError(Exception):
-    """``execute`` returned something that is not a result."""
+class ResultError(TypeError):
+    """``execute`` returned something that is not a result (a TypeError: ``xcsh-run fuzz`` counts it as a bug)."""
 
 
 class LoadedTool:

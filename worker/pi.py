@@ -70,6 +70,7 @@ __all__ = [
     "ToolAnnotations",
     "ToolCancelled",
     "ToolContext",
+    "ToolError",
     "ToolResult",
     "UI",
 ]
@@ -103,6 +104,18 @@ if not TYPE_CHECKING:
 
 
 Concurrency: TypeAlias = Literal["shared", "exclusive"]
+
+
+class ToolError(Exception):
+    """A deliberate failure: raise it for an expected refusal ("file not found", "no such branch").
+
+    The call ends as a ``tool_error`` whose message is ``str(exc)``, exactly as
+    for any other exception; the difference is the evidence: the error is
+    marked ``deliberate``, so ``xcsh-run fuzz`` never counts it as a bug (an
+    uncaught ``KeyError`` or ``ZeroDivisionError`` on valid input is one).
+    Subclass it for errors of your own. To mark exceptions raised by code you
+    do not own as deliberate, declare them in ``CustomTool(expected_errors=...)``.
+    """
 
 
 # Content blocks, as in MCP's tool results. Dicts of the same shapes work too
@@ -315,6 +328,11 @@ class CustomTool:
             what the tool needs under the ``strict`` sandbox. Shown by
             ``xcsh-run describe`` and ``list``; never granted by itself (the
             user grants with ``--allow-exec`` and the like, or a config file).
+        expected_errors: exception classes (a class or a tuple) this tool
+            raises on purpose, e.g. ``(FileNotFoundError, PermissionError)``:
+            an exception of one of them, or of a subclass, is a deliberate
+            ``tool_error``, like :class:`ToolError` (``xcsh-run fuzz`` does not
+            count it as a bug).
     """
 
     __slots__ = (
@@ -334,6 +352,7 @@ class CustomTool:
         "annotations",
         "icons",
         "requires",
+        "expected_errors",
     )
 
     def __init__(
@@ -355,6 +374,7 @@ class CustomTool:
         annotations: ToolAnnotations | Mapping[str, Any] | None = None,
         icons: Sequence[Icon | Mapping[str, Any]] | None = None,
         requires: Requires | Mapping[str, Any] | None = None,
+        expected_errors: type[BaseException] | tuple[type[BaseException], ...] = (),
     ) -> None:
         self.name = name
         self.label = label if label is not None else name
@@ -372,6 +392,17 @@ class CustomTool:
         self.annotations = annotations
         self.icons = icons
         self.requires = requires
+        self.expected_errors = _exception_classes(expected_errors, name)
 
     def __repr__(self) -> str:
         return f"<CustomTool {self.name!r}>"
+
+
+def _exception_classes(value: object, tool: object) -> tuple[type[BaseException], ...]:
+    classes = (value,) if isinstance(value, type) else value
+    if isinstance(classes, tuple) and all(isinstance(c, type) and issubclass(c, BaseException) for c in classes):
+        return classes
+    raise TypeError(
+        f"tool {tool!r}: expected_errors must be an exception class or a tuple of them, "
+        f"e.g. expected_errors=(FileNotFoundError, PermissionError); got {value!r}"
+    )
