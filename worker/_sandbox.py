@@ -438,7 +438,13 @@ def apply(cfg: p.SandboxConfig) -> list[str]:
     tcp = bool(cfg.connect_ports) and landlock_abi() >= 4
     if cfg.connect_ports and not tcp:
         missing.append("allow_connect: Landlock ABI 4 (Linux 6.7+) filters TCP by port; the ports stay closed")
+    before = len(missing)
     attempt("Landlock", lambda: apply_landlock(cfg.read_paths, cfg.write_paths, cfg.exec_paths, cfg.connect_ports))
+    if tcp and len(missing) > before:
+        # Best effort and Landlock failed: nothing filters connect by port, so
+        # seccomp must keep TCP closed, or the grant of one port opens them all.
+        tcp = False
+        missing.append("allow_connect: Landlock did not apply, so nothing filters TCP by port; the ports stay closed")
     # Still uid 0 (no usable uid to drop to): seccomp fakes metadata writes.
     attempt("seccomp", lambda: apply_seccomp(fake_metadata=os.geteuid() == 0, tcp=tcp))
     return missing
