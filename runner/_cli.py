@@ -24,7 +24,7 @@ import typer
 from ._cli_app import app
 from ._cli_app import run_main as _run
 from ._cli_complete import complete_tool
-from ._cli_fields import tool_flags
+from ._cli_fields import lookup_tool, tool_flags
 from ._cli_options import (
     EXIT_BY_KIND,
     CwdOpt,
@@ -94,9 +94,10 @@ def run_command(
     if resolve not in ("ask", "apply", "discard"):
         fail(f"--resolve must be ask, apply or discard, got {resolve!r}")
     arguments = parse_arguments(args, args_file, as_json)
+    # Before the tool's flags are read: that discovery's records belong in the log too.
+    configure_log_file(log_file, verbose=verbose)
     if ctx.args or show_tool_help:
         arguments |= tool_flags(ctx, tool, tools or (), load_timeout, sandbox, as_json=as_json, help=show_tool_help)
-    configure_log_file(log_file, verbose=verbose)
     # A person at the terminal answers the tool's UI prompts (unless stdin carried the arguments).
     interactive = sys.stdin.isatty() and sys.stderr.isatty() and "-" not in (args, args_file)
     check_seconds(timeout=timeout, grace=grace, load_timeout=load_timeout)
@@ -239,13 +240,11 @@ def describe_command(
     cwd: CwdOpt = None,
 ) -> None:
     """Print a tool's JSON Schema and flags as JSON."""
-    found, _, warnings = _load(tools, load_timeout)
+    info, warnings = lookup_tool(tool, tools or (), load_timeout, SandboxPolicy())
     warn(warnings)
-    for t in found:
-        if t["name"] == tool:
-            typer.echo(json.dumps(t, indent=2, ensure_ascii=False))
-            return
-    fail(f"no tool named {tool!r}; `xcsh-run list` shows the tools found")
+    if info is None:
+        fail(f"no tool named {tool!r}; `xcsh-run list` shows the tools found")
+    typer.echo(json.dumps(info, indent=2, ensure_ascii=False))
 
 
 # The other commands register themselves on the app, after these three (the order `--help` lists).

@@ -153,6 +153,7 @@ def fuzz_command(
     ] = 20,
     tools: ToolsOpt = None,
     load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT,
+    log_file: LogFileOpt = None,
     verbose: VerboseOpt = 0,
     cwd: CwdOpt = None,
     *,
@@ -173,7 +174,7 @@ def fuzz_command(
     if max_timeouts < 1:
         fail(f"--max-timeouts must be at least 1, got {max_timeouts}")
     check_seconds(timeout=timeout, load_timeout=load_timeout)
-    configure_log_file(None, verbose=verbose)
+    configure_log_file(log_file, verbose=verbose)
     from ._fuzz import fuzz_tool  # only this command needs the fuzzer
 
     async def main(_: Signals) -> FuzzReport:

@@ -22,9 +22,10 @@ import msgspec
 import typer
 
 from ._cli_app import run_main
-from ._cli_options import fail, fail_arguments
-from ._cli_output import warn
+from ._cli_options import ExitCode, fail, fail_arguments
+from ._cli_output import print_text, warn
 from ._host import open_runner
+from ._results import ToolResult
 from ._sandbox import SandboxPolicy
 from ._signals import Signals
 
@@ -235,19 +236,36 @@ def tool_help(info: Mapping[str, Any], fields: Sequence[Field], reserved: Sequen
 
 
 def lookup_tool(
-    tool: str, tools: Sequence[str], load_timeout: float, sandbox: SandboxPolicy
+    tool: str, tools: Sequence[str], load_timeout: float, sandbox: SandboxPolicy, *, as_json: bool = False
 ) -> tuple[dict[str, Any] | None, list[str]]:
-    """The tool's description as the runner has it, and the warnings; no worker when the cache knows it."""
+    """The tool's description as the runner has it, and the warnings; no worker when the cache knows it.
 
-    async def main(_: Signals) -> tuple[dict[str, Any] | None, list[str]]:
+    A tool no module defines ends the command as a run of it would: a module
+    that failed to load and could define it is a ``load_error`` (exit 1, with
+    the reason), else ``not_found`` (exit 2).
+    """
+
+    async def main(_: Signals) -> tuple[dict[str, Any] | None, list[str], ToolResult | None]:
         async with open_runner(
             tools, load_timeout=load_timeout, sandbox=sandbox, wanted_tool=tool, spare_workers=0,
             discover_sources=True,
         ) as runner:  # fmt: skip
             info = runner.get_tool(tool)
-            return (msgspec.to_builtins(info) if info is not None else None), runner.warnings
+            if info is not None:
+                return msgspec.to_builtins(info), runner.warnings, None
+            # No worker starts for a name no tool has: this is the same
+            # `not_found` or `load_error` answer a run would get.
+            return None, runner.warnings, await runner.call_tool(tool, {})
 
-    return run_main(main)
+    info, warnings, missing = run_main(main)
+    if missing is not None and missing.kind == "load_error":
+        warn(warnings)
+        if as_json:
+            typer.echo(json.dumps(missing.to_json(), ensure_ascii=False))
+        else:
+            print_text(missing)
+        raise typer.Exit(int(ExitCode.TOOL_ERROR))
+    return info, warnings
 
 
 def tool_flags(
@@ -263,7 +281,7 @@ def tool_flags(
     """The arguments the tool's own flags in ``ctx.args`` give; with ``help``, print the tool's help and exit 0."""
     run_options = [opt for param in ctx.command.params for opt in (*param.opts, *param.secondary_opts)]
     run_options = [opt for opt in run_options if opt.startswith("--") and opt != "--xcsh-run-tool-help"]
-    info, warnings = lookup_tool(tool, tools, load_timeout, sandbox)
+    info, warnings = lookup_tool(tool, tools, load_timeout, sandbox, as_json=as_json)
     if help or info is None:
         warn(warnings)  # otherwise the run, about to discover again, says them once
     if info is None:

@@ -146,3 +146,19 @@ async def test_mcp_tools_call_gives_the_same_load_error(tmp_path: Path) -> None:
     error = result.meta["xcsh-run/error"]
     assert error["kind"] == "load_error"
     assert "foo.py" in error["message"] and "SyntaxError" in error["message"]
+
+
+def test_help_flags_and_describe_of_a_broken_tool_say_why_it_failed(tmp_path: Path) -> None:
+    # `xcsh-run foo --help`, `xcsh-run foo --top 3` and `describe foo` read the tool's schema
+    # before any call: a broken foo.py is its load error there too, not "no tool named foo".
+    root = project(tmp_path / "p", foo=BROKEN, other="")
+    for args in (("foo", "--help"), ("foo", "--top", "3"), ("describe", "foo")):
+        proc = xcsh_run(*args, cwd=root)
+        assert proc.returncode == 1, (args, proc.stdout, proc.stderr)
+        assert "load_error" in proc.stderr and "foo.py" in proc.stderr and "SyntaxError" in proc.stderr, proc.stderr
+        assert "no tool named" not in proc.stderr
+    error = error_of(xcsh_run("foo", "--top", "3", "--json", cwd=root))
+    assert error["kind"] == "load_error" and "SyntaxError" in error["message"]
+    # A name nothing could define is still a usage error.
+    proc = xcsh_run("describe", "fooo_nothing", cwd=project(tmp_path / "q", other=""))
+    assert proc.returncode == 2 and "no tool named" in proc.stderr, proc.stderr

@@ -192,3 +192,16 @@ def test_serve_verbose_keeps_stdout_for_the_protocol(tmp_path: Path) -> None:
     assert answers[-1]["result"]["content"][0]["text"] == "done"
     assert re.search(r"^\[chatty \d+ mcp-\S+\] stdout: hello from print$", err, re.M), err
     assert re.search(r"^\[chatty \d+ mcp-\S+\] info: an info record$", err, re.M), err
+
+
+def test_fuzz_takes_log_file_and_writes_the_hosts_records_there(tmp_path: Path) -> None:
+    # Every command that runs tools takes --log-file (fuzz had none): a hang found by the fuzzer
+    # leaves its ladder in the file, as a run's does.
+    log = tmp_path / "fuzz.log"
+    tool = _tool(tmp_path, "slow", SLOW)
+    proc = run(
+        "fuzz", "slow", "--tools", tool, "--examples", "1", "--timeout", "0.5", "--log-file", str(log), timeout=90
+    )
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    text = log.read_text()
+    assert "stopping 'slow' (timeout)" in text, text[-2000:]
