@@ -99,10 +99,13 @@ _INSTALLER_ENV_NAMES: Final = ("PATH", "HOME", "LANG", "LANGUAGE", "LC_*", "TZ",
     "UV_INDEX_*_PASSWORD", "UV_FIND_LINKS", "UV_NO_INDEX", "UV_INDEX_STRATEGY", "UV_KEYRING_PROVIDER",
     "UV_NATIVE_TLS", "UV_INSECURE_HOST", "UV_CACHE_DIR", "UV_NO_CACHE", "UV_OFFLINE", "UV_HTTP_TIMEOUT",
     "UV_CONCURRENT_DOWNLOADS", "UV_PRERELEASE", "UV_NO_CONFIG", "UV_CONFIG_FILE")  # fmt: skip
-# Run by the environment's ``python -I -S -c`` (rule 6), with SITE bound to its site-packages: what
-# site.addsitedir does for it, minus executing ``import`` lines; then ``python -m worker`` as it was.
+# Run by the environment's ``python -I -S -c`` (rule 6), with PREFIX and SITE bound to the environment
+# and its site-packages: what site.venv and site.addsitedir do for it (sys.prefix is the venv's only once
+# site ran), minus executing ``import`` lines; then what ``python -m worker`` would run.
 _BOOT: Final = """\
-import os, runpy, sys
+import os, runpy, site, sys
+site.setquit(); site.setcopyright(); site.sethelper()  # the builtins site adds: exit(), help(), ...
+sys.prefix = sys.exec_prefix = PREFIX
 sys.path.append(SITE)
 for name in sorted(os.listdir(SITE)):
     if name.endswith(".pth"):
@@ -171,8 +174,8 @@ def worker_command(python: str) -> list[str]:
 
 
 def _boot(python: str, then: str) -> str:
-    site = _site_packages(os.path.dirname(os.path.dirname(python)))
-    return f"SITE = {site!r}\n{_BOOT}{then}\n"
+    prefix = os.path.dirname(os.path.dirname(python))
+    return f"PREFIX = {prefix!r}\nSITE = {_site_packages(prefix)!r}\n{_BOOT}{then}\n"
 
 
 def installer_environ(environ: Mapping[str, str]) -> dict[str, str]:

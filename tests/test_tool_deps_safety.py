@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib.metadata
 import io
 import json
 import os
@@ -175,3 +176,15 @@ def test_the_installer_sees_an_allow_list_of_the_environment() -> None:
         "PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "HTTPS_PROXY", "no_proxy", "XDG_CACHE_HOME", "PIP_INDEX_URL",
         "PIP_FIND_LINKS", "UV_FIND_LINKS", "PIP_CERT", "SSL_CERT_FILE", "UV_INDEX_CORP_PASSWORD",
     )}  # fmt: skip
+
+
+def test_a_pip_without_python_option_is_refused_saying_how_to_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A seam: installing an old pip into the test's own environment is not an option.
+    from runner import _envs
+
+    monkeypatch.setenv("XCSH_RUN_ENV_INSTALLER", "pip")
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "22.2.2")
+    with pytest.raises(_envs.EnvError, match=r"needs pip >= 22\.3; .* has pip 22\.2\.2: upgrade it"):
+        _envs._installer()
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "22.3rc1")
+    assert _envs._installer() == "pip"
