@@ -29,7 +29,7 @@ How the questions such an environment raises are settled:
    cancellation or an overrun of ``BUILD_SECONDS`` kills its whole process group.
 6. **Nothing a package ships runs outside the sandbox**. At install: wheels
    only (``--only-binary :all:`` / ``--no-build``), so no build backend
-   (``setup.py``) runs, and the installer gets an allow-listed environment
+   (``setup.py``) runs (pip's one exception: ``_commands``), and the installer gets an allow-listed environment
    (``installer_environ``), never the host's secrets. At start: the worker's
    interpreter runs with ``-I -S``, so ``site`` never executes a ``.pth``
    file's ``import`` line nor a ``sitecustomize``/``usercustomize`` module
@@ -289,7 +289,7 @@ def _release(version: str) -> tuple[int, ...]:
 
 def _commands(installer: str, env: ToolEnv) -> list[tuple[list[str], str]]:
     """Each step's argv, and how a person would type it."""
-    wheels = "--no-build" if installer == "uv" else "--only-binary :all:"
+    wheels = "--no-build" if installer == "uv" else "--only-binary :all: --no-build-isolation"
     install = f"{'uv pip' if installer == 'uv' else 'pip'} install {' '.join(env.requirements)} {wheels}"
     if installer == "uv":
         uv = shutil.which("uv") or "uv"
@@ -297,12 +297,15 @@ def _commands(installer: str, env: ToolEnv) -> list[tuple[list[str], str]]:
             ([uv, "venv", "--quiet", "--python", base_python(), env.path], f"uv venv {env.path}"),
             ([uv, "pip", "install", "--no-build", "--python", env.python, "--", *env.requirements], install),
         ]
-    # -I: neither the host's PYTHONPATH nor a pip.py in the current folder takes part.
+    # -I: neither the host's PYTHONPATH nor a pip.py in the current folder takes part. --only-binary does not
+    # cover a direct reference that a wheel's own metadata makes (``Requires-Dist: x @ file:x.tar.gz``): pip
+    # would build it. --no-build-isolation makes that build look for its backend in the new, empty
+    # environment, where setuptools and the like are not, instead of installing them to run it.
     return [
         ([sys.executable, "-I", "-m", "venv", "--without-pip", env.path], f"python -m venv {env.path}"),
         ([sys.executable, "-I", "-m", "pip", "--python", env.python, "install", "--no-input",
-          "--only-binary", ":all:", "--disable-pip-version-check", "--progress-bar", "off", "--",
-          *env.requirements], install),
+          "--only-binary", ":all:", "--no-build-isolation", "--disable-pip-version-check", "--progress-bar", "off",
+          "--", *env.requirements], install),
     ]  # fmt: skip
 
 

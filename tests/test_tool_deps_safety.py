@@ -36,6 +36,9 @@ pytestmark = pytest.mark.timeout(900)
 __all__ = ["index"]  # the fixture, used by name
 
 
+WHEEL = b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+
+
 def _record_line(name: str, data: bytes) -> str:
     digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
     return f"{name},sha256={digest},{len(data)}"
@@ -50,9 +53,7 @@ def evil_wheel(folder: Path, marker: Path) -> Path:
         "sitecustomize.py": (code + "\n").encode(),
         "usercustomize.py": (code + "\n").encode(),
         "evilpkg-0.1.dist-info/METADATA": b"Metadata-Version: 2.1\nName: evilpkg\nVersion: 0.1\n",
-        "evilpkg-0.1.dist-info/WHEEL": (
-            b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-        ),
+        "evilpkg-0.1.dist-info/WHEEL": WHEEL,
     }
     record = [_record_line(name, data) for name, data in files.items()]
     record.append("evilpkg-0.1.dist-info/RECORD,,")
@@ -158,6 +159,30 @@ def test_a_package_with_only_a_source_distribution_is_a_load_error(index: None, 
     assert "PIP_FIND_LINKS" in message and "UV_FIND_LINKS" in message
     quoted = [line for line in message.splitlines() if line.startswith("  ")]  # the installer's own lines
     assert any("sdistpkg" in line for line in quoted), message
+    assert not marker.exists()
+
+
+def test_a_wheel_that_requires_a_source_distribution_by_url_does_not_get_it_built(index: None, tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    sdist = evil_sdist(tmp_path, marker)
+    files = {
+        "wrap/__init__.py": b"",
+        "wrapper-0.1.dist-info/METADATA": (
+            f"Metadata-Version: 2.1\nName: wrapper\nVersion: 0.1\nRequires-Dist: sdistpkg @ {sdist.as_uri()}\n"
+        ).encode(),
+        "wrapper-0.1.dist-info/WHEEL": WHEEL,
+    }
+    wheel = tmp_path / "wrapper-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as whl:
+        for name, data in files.items():
+            whl.writestr(name, data)
+        record = [_record_line(name, data) for name, data in files.items()]
+        whl.writestr("wrapper-0.1.dist-info/RECORD", "\n".join([*record, "wrapper-0.1.dist-info/RECORD,,"]) + "\n")
+    write_tool(tmp_path, "wrapped", tool("wrapped", f"wrapper @ {wheel.as_uri()}"))
+    proc = cli("list", "--json", cwd=tmp_path, env={**os.environ, "XCSH_RUN_ENV_INSTALLER": "pip"})
+    assert proc.returncode == 0, proc.stderr
+    (error,) = json.loads(proc.stdout)["errors"]
+    assert "Only wheels are installed" in error["message"]
     assert not marker.exists()
 
 
