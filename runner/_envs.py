@@ -14,7 +14,7 @@ How the questions such an environment raises are settled:
 3. **The worker is importable, nothing else of xcsh-run is**: a ``.pth`` file
    in the environment's site-packages names a private folder that holds only a
    ``worker`` symlink to the host's worker package (``runner`` stays off the
-   tool's path; ``python -I`` still reads ``.pth`` files). msgspec, which the
+   tool's path). msgspec, which the
    worker needs, is *installed*, pinned to the host's version, as part of the
    set: a tool that asks for a conflicting msgspec fails in the resolver, with
    its message, instead of running the worker on a msgspec it was not built
@@ -27,6 +27,17 @@ How the questions such an environment raises are settled:
    without a marker (a build that died) removes it and builds afresh.
 5. **Bounded and killable**: each build step runs in its own session, and a
    cancellation or an overrun of ``BUILD_SECONDS`` kills its whole process group.
+6. **Nothing a package ships runs outside the sandbox**. At install: wheels
+   only (``--only-binary :all:`` / ``--no-build``), so no build backend
+   (``setup.py``) runs (pip's one exception: ``_commands``), and the installer gets an allow-listed environment
+   (``installer_environ``), never the host's secrets. At start: the worker's
+   interpreter runs with ``-I -S``, so ``site`` never executes a ``.pth``
+   file's ``import`` line nor a ``sitecustomize``/``usercustomize`` module
+   (both could come from any wheel); ``_BOOT`` puts site-packages and the
+   paths that ``.pth`` files *name* on sys.path itself, then runs the worker,
+   which applies the sandbox before the tool module or its packages load.
+   Not a sanitising pass over what was installed: a package cannot defeat a
+   rule that never reads its code.
 """
 
 from __future__ import annotations
@@ -34,9 +45,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import fnmatch
 import functools
 import hashlib
+import importlib.metadata
 import importlib.util
+import itertools
 import json
 import logging
 import os
@@ -46,7 +60,7 @@ import stat
 import sys
 import sysconfig
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -62,7 +76,7 @@ from ._script_meta import ScriptMeta, ScriptMetaError
 
 log: Final = logging.getLogger("xcsh_run.envs")
 
-FORMAT: Final = 1  # part of every key: bumped when what an environment holds changes shape
+FORMAT: Final = 2  # part of every key: bumped when what an environment holds changes shape
 BUILD_SECONDS: Final = 900.0
 MARKER: Final = "xcsh-run-env.json"
 INSTALLER_ENV: Final = "XCSH_RUN_ENV_INSTALLER"
@@ -71,6 +85,38 @@ _PTH: Final = "_xcsh_run_worker.pth"
 _TAIL_LINES: Final = 15
 _TAIL_CHARS: Final = 3000
 _LOCK_POLL: Final = 0.1
+_PIP_MIN: Final = (22, 3)  # the first pip with ``--python``
+# What the installer may see of the host's environment (rule 6): where things are, the locale, the
+# proxies, and the installers' own index, certificate and cache settings (a private index's
+# credentials among them: the installer is the only program that runs, and it needs them).
+_INSTALLER_ENV_NAMES: Final = ("PATH", "HOME", "LANG", "LANGUAGE", "LC_*", "TZ", "TMPDIR", "XDG_CACHE_HOME",
+    "XDG_CONFIG_HOME", "NETRC", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+    "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy", "no_proxy",
+    "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX", "PIP_TRUSTED_HOST", "PIP_CERT",
+    "PIP_CLIENT_CERT", "PIP_CONFIG_FILE", "PIP_PROXY", "PIP_TIMEOUT", "PIP_DEFAULT_TIMEOUT", "PIP_RETRIES",
+    "PIP_CACHE_DIR", "PIP_NO_CACHE_DIR", "PIP_KEYRING_PROVIDER", "PIP_PRE",
+    "UV_INDEX", "UV_DEFAULT_INDEX", "UV_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_INDEX_*_USERNAME",
+    "UV_INDEX_*_PASSWORD", "UV_FIND_LINKS", "UV_NO_INDEX", "UV_INDEX_STRATEGY", "UV_KEYRING_PROVIDER",
+    "UV_NATIVE_TLS", "UV_INSECURE_HOST", "UV_CACHE_DIR", "UV_NO_CACHE", "UV_OFFLINE", "UV_HTTP_TIMEOUT",
+    "UV_CONCURRENT_DOWNLOADS", "UV_PRERELEASE", "UV_NO_CONFIG", "UV_CONFIG_FILE")  # fmt: skip
+# Run by the environment's ``python -I -S -c`` (rule 6), with PREFIX and SITE bound to the environment
+# and its site-packages: what site.venv and site.addsitedir do for it (sys.prefix is the venv's only once
+# site ran), minus executing ``import`` lines; then what ``python -m worker`` would run.
+_BOOT: Final = """\
+import os, runpy, site, sys
+site.setquit(); site.setcopyright(); site.sethelper()  # the builtins site adds: exit(), help(), ...
+sys.prefix = sys.exec_prefix = PREFIX
+sys.path.append(SITE)
+for name in sorted(os.listdir(SITE)):
+    if name.endswith(".pth"):
+        with open(os.path.join(SITE, name), encoding="utf-8", errors="replace") as f:
+            for line in f:
+                line = line.rstrip()
+                if line and not line.startswith(("#", "import ", "import\t")):
+                    entry = os.path.join(SITE, line)
+                    if os.path.isdir(entry) and entry not in sys.path:
+                        sys.path.append(entry)
+"""
 
 
 class EnvError(Exception):
@@ -118,6 +164,23 @@ def plan(meta: ScriptMeta, cache_root: Path) -> ToolEnv:
     key = h.hexdigest()[:24]
     path = cache_root / "envs" / key
     return ToolEnv(key=key, path=str(path), python=str(path / "bin" / "python"), requirements=reqs)
+
+
+def worker_command(python: str) -> list[str]:
+    """How a worker starts on ``python``: ours (``python -I -m worker``), or a tool environment's (rule 6)."""
+    if python == sys.executable:
+        return [python, "-I", "-m", "worker"]
+    return [python, "-I", "-S", "-c", _boot(python, "runpy.run_module('worker', run_name='__main__', alter_sys=True)")]
+
+
+def _boot(python: str, then: str) -> str:
+    prefix = os.path.dirname(os.path.dirname(python))
+    return f"PREFIX = {prefix!r}\nSITE = {_site_packages(prefix)!r}\n{_BOOT}{then}\n"
+
+
+def installer_environ(environ: Mapping[str, str]) -> dict[str, str]:
+    """What an installer run sees of ``environ``: the allow-list of rule 6, nothing else."""
+    return {k: v for k, v in environ.items() if any(fnmatch.fnmatchcase(k, pat) for pat in _INSTALLER_ENV_NAMES)}
 
 
 def ready(env: ToolEnv) -> bool:
@@ -206,23 +269,43 @@ def _installer() -> str:
             "a tool's `# /// script` dependencies need an installer: put `uv` on PATH "
             f"(https://docs.astral.sh/uv/), or install pip into {sys.prefix}"
         )
+    version = importlib.metadata.version("pip")
+    if _release(version) < _PIP_MIN:
+        raise EnvError(
+            f"a tool's `# /// script` dependencies are installed with `pip --python`, which needs pip >= "
+            f"{'.'.join(map(str, _PIP_MIN))}; {sys.prefix} has pip {version}: upgrade it "
+            f"(`{sys.executable} -m pip install -U pip`), or put `uv` on PATH"
+        )
     return "pip"
+
+
+def _release(version: str) -> tuple[int, ...]:
+    parts = []
+    for part in version.split(".")[:2]:
+        digits = "".join(itertools.takewhile(str.isdigit, part))
+        parts.append(int(digits or 0))
+    return tuple(parts)
 
 
 def _commands(installer: str, env: ToolEnv) -> list[tuple[list[str], str]]:
     """Each step's argv, and how a person would type it."""
-    install = f"{'uv pip' if installer == 'uv' else 'pip'} install {' '.join(env.requirements)}"
+    wheels = "--no-build" if installer == "uv" else "--only-binary :all: --no-build-isolation"
+    install = f"{'uv pip' if installer == 'uv' else 'pip'} install {' '.join(env.requirements)} {wheels}"
     if installer == "uv":
         uv = shutil.which("uv") or "uv"
         return [
             ([uv, "venv", "--quiet", "--python", base_python(), env.path], f"uv venv {env.path}"),
-            ([uv, "pip", "install", "--python", env.python, "--", *env.requirements], install),
+            ([uv, "pip", "install", "--no-build", "--python", env.python, "--", *env.requirements], install),
         ]
-    # -I: neither the host's PYTHONPATH nor a pip.py in the current folder takes part.
+    # -I: neither the host's PYTHONPATH nor a pip.py in the current folder takes part. --only-binary does not
+    # cover a direct reference that a wheel's own metadata makes (``Requires-Dist: x @ file:x.tar.gz``): pip
+    # would build it. --no-build-isolation makes that build look for its backend in the new, empty
+    # environment, where setuptools and the like are not, instead of installing them to run it.
     return [
         ([sys.executable, "-I", "-m", "venv", "--without-pip", env.path], f"python -m venv {env.path}"),
         ([sys.executable, "-I", "-m", "pip", "--python", env.python, "install", "--no-input",
-          "--disable-pip-version-check", "--progress-bar", "off", "--", *env.requirements], install),
+          "--only-binary", ":all:", "--no-build-isolation", "--disable-pip-version-check", "--progress-bar", "off",
+          "--", *env.requirements], install),
     ]  # fmt: skip
 
 
@@ -264,7 +347,7 @@ async def _step(argv: Sequence[str], typed: str, meta: ScriptMeta, env: ToolEnv)
     try:
         done = await trio.run_process(
             list(argv), capture_stdout=True, capture_stderr=True, check=False, stdin=b"",
-            start_new_session=True, deliver_cancel=kill_group,
+            start_new_session=True, deliver_cancel=kill_group, env=installer_environ(os.environ),
         )  # fmt: skip
     except OSError as exc:
         raise EnvError(f"{meta.path}: could not run {argv[0]} to build its environment: {exc}") from None
@@ -275,7 +358,10 @@ async def _step(argv: Sequence[str], typed: str, meta: ScriptMeta, env: ToolEnv)
             f"{meta.path}: could not install the dependencies of its `# /// script` block (line {meta.line}): "
             f"`{typed}` failed with exit status {done.returncode}:\n{tail(output)}\n"
             "Fix the block's `dependencies` (names and versions as the package index has them; the environment "
-            f"also needs msgspec=={msgspec.__version__}, which xcsh-run's worker runs on), then run again."
+            f"also needs msgspec=={msgspec.__version__}, which xcsh-run's worker runs on), then run again. "
+            "Only wheels are installed, never a source distribution (its build would run its code on this "
+            "machine, outside the sandbox): for a package with no wheel for this platform, build one yourself "
+            "(`pip wheel --no-deps NAME -w DIR`) and point PIP_FIND_LINKS (or UV_FIND_LINKS) at DIR."
         )
 
 
@@ -286,8 +372,8 @@ def tail(output: str) -> str:
     return text[-_TAIL_CHARS:]
 
 
-def _site_packages(env: ToolEnv) -> str:
-    return sysconfig.get_path("purelib", scheme="venv", vars={"base": env.path, "platbase": env.path})
+def _site_packages(root: str) -> str:
+    return sysconfig.get_path("purelib", scheme="venv", vars={"base": root, "platbase": root})
 
 
 def _link_worker(env: ToolEnv) -> None:
@@ -295,16 +381,18 @@ def _link_worker(env: ToolEnv) -> None:
     link_dir = os.path.join(env.path, _LINK_DIR)
     os.makedirs(link_dir, exist_ok=True)
     os.symlink(_worker_dir(), os.path.join(link_dir, "worker"))
-    with open(os.path.join(_site_packages(env), _PTH), "w", encoding="utf-8") as f:
+    with open(os.path.join(_site_packages(env.path), _PTH), "w", encoding="utf-8") as f:
         f.write(link_dir + "\n")
 
 
 async def _check(env: ToolEnv, meta: ScriptMeta) -> None:
     """The environment's interpreter imports our worker and msgspec, or the environment is not used."""
     probe = "import json, msgspec, worker; print(json.dumps([worker.__file__, msgspec.__version__]))"
+    # As the worker will start (rule 6): importing msgspec here must run no installed file either.
     done = await trio.run_process(
-        [env.python, "-I", "-c", probe], capture_stdout=True, capture_stderr=True, check=False, stdin=b""
-    )
+        [env.python, "-I", "-S", "-c", _boot(env.python, probe)], capture_stdout=True, capture_stderr=True,
+        check=False, stdin=b"", env=installer_environ(os.environ),
+    )  # fmt: skip
     problem = done.stderr.decode(errors="replace").strip()
     if done.returncode == 0:
         where, version = json.loads(done.stdout)

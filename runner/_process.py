@@ -51,6 +51,7 @@ from typing import Any, Final
 import trio
 
 from ._boundary import Boundary
+from ._envs import worker_command
 from ._errors import WorkerDied, WorkerStartupError
 from ._faults import fault_point
 from ._forkserver import ForkServer
@@ -113,9 +114,8 @@ class SupervisedProcess(ResourceUse):
         python: str | None = None,
     ) -> None:
         self.module = module
-        # Forks the worker when it can (``runner._forkserver``); Popen otherwise.
+        # Forks the worker when it can (``runner._forkserver``); else Popens ours or a tool env's (never zygoted).
         self.forkserver = forkserver
-        # A Popen'd worker's interpreter: a tool environment's (``runner._envs``; never with a zygote), or ours.
         self.python = python or sys.executable
         self.boundary = boundary
         self.workdir = workdir
@@ -179,7 +179,7 @@ class SupervisedProcess(ResourceUse):
             for fd in (to_w, from_w) if pipe_bytes > _DEFAULT_PIPE_BYTES else ():
                 with contextlib.suppress(OSError):  # best effort: over the user's pipe pages, say
                     fcntl.fcntl(fd, _F_SETPIPE_SZ, pipe_bytes)
-            argv = [self.python, "-I", "-m", "worker", "--fd-in", str(to_r), "--fd-out", str(from_w)]
+            argv = [*worker_command(self.python), "--fd-in", str(to_r), "--fd-out", str(from_w)]
             fault_point("popen")
             forked = self.forkserver.try_fork(cwd, env, (to_r, from_w, out_w, err_w)) if self.forkserver else None
             # Blocking on purpose, on the trio thread: see Rule 1 above.

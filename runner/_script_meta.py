@@ -20,6 +20,7 @@ its distribution's.
 from __future__ import annotations
 
 import re
+import urllib.parse
 from typing import Any, Final
 
 import msgspec
@@ -125,13 +126,22 @@ def _fields(data: dict[str, Any], path: str, line: int) -> ScriptMeta | None:
     normalised: set[str] = set()
     for dep in deps:
         try:
-            normalised.add(_normalise(Requirement(dep)))
+            req = Requirement(dep)
         except InvalidRequirement as exc:
             raise ScriptMetaError(
                 f"{where} dependency {dep!r} is not a valid requirement ({str(exc).splitlines()[0]}); "
                 "write it as for pip, "
                 'such as "requests>=2.31"'
             ) from None
+        # pip's --only-binary does not apply to a direct reference: it would build this one on the host.
+        if req.url and not urllib.parse.urlsplit(req.url).path.endswith(".whl"):
+            raise ScriptMetaError(
+                f"{where} dependency {dep!r} names a source, not a wheel: only wheels are installed, never "
+                "built (a build runs the package's code on this machine, outside the sandbox); build the "
+                "wheel yourself (`pip wheel --no-deps SOURCE -w DIR`) and name the .whl file, or point "
+                "PIP_FIND_LINKS (or UV_FIND_LINKS) at DIR and name the package"
+            )
+        normalised.add(_normalise(req))
     requires = data.get("requires-python")
     if requires is not None:
         if not isinstance(requires, str):
