@@ -73,6 +73,7 @@ from . import _script_meta as script_meta
 from ._cache import default_dir
 from ._discovery import Candidate
 from ._script_meta import ScriptMeta, ScriptMetaError
+from ._terminal import verbose_on_stderr
 
 log: Final = logging.getLogger("xcsh_run.envs")
 
@@ -246,6 +247,8 @@ def show_builds_on_stderr() -> None:
         return  # once per process, however often the CLI's main runs in it
 
     def not_shown_otherwise(record: logging.LogRecord) -> bool:
+        if verbose_on_stderr():
+            return False  # -v prints every record, these included: once is enough
         return not (logging.getLogger("xcsh_run").propagate and logging.getLogger().handlers)
 
     handler = logging.StreamHandler()

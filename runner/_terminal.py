@@ -116,6 +116,11 @@ def configure_log_file(path: str | os.PathLike[str] | None, *, verbose: int = 0)
     root.propagate = not verbose
 
 
+def verbose_on_stderr() -> bool:
+    """Whether ``-v`` is on: every ``xcsh_run`` record already reaches stderr (see :func:`configure_log_file`)."""
+    return any(isinstance(handler, _Stderr) for handler in _installed)
+
+
 class TerminalUI:
     """The UI bridge for a person at the terminal: prompts on stderr, answers from stdin.
 
