@@ -259,12 +259,18 @@ def show_builds_on_stderr() -> None:
     log.setLevel(logging.INFO)
 
 
+def _uv() -> str | None:
+    """uv on PATH, else beside this interpreter (installed with xcsh-run: ``pip install 'xcsh-run[uv]'``)."""
+    beside = os.path.join(os.path.dirname(sys.executable), "uv")
+    return shutil.which("uv") or (beside if os.access(beside, os.X_OK) else None)
+
+
 def _installer() -> str:
     chosen = os.environ.get(INSTALLER_ENV, "").strip().lower()
     if chosen not in ("", "uv", "pip"):
         raise EnvError(f"{INSTALLER_ENV} must be uv or pip, got {chosen!r}")
-    if chosen == "uv" or (not chosen and shutil.which("uv")):
-        if not shutil.which("uv"):
+    if chosen == "uv" or (not chosen and _uv()):
+        if not _uv():
             raise EnvError(f"{INSTALLER_ENV}=uv, but no `uv` is on PATH; install uv or unset {INSTALLER_ENV}")
         return "uv"
     if importlib.util.find_spec("pip") is None:
@@ -295,7 +301,7 @@ def _commands(installer: str, env: ToolEnv) -> list[tuple[list[str], str]]:
     wheels = "--no-build" if installer == "uv" else "--only-binary :all: --no-build-isolation"
     install = f"{'uv pip' if installer == 'uv' else 'pip'} install {' '.join(env.requirements)} {wheels}"
     if installer == "uv":
-        uv = shutil.which("uv") or "uv"
+        uv = _uv() or "uv"
         return [
             ([uv, "venv", "--quiet", "--python", base_python(), env.path], f"uv venv {env.path}"),
             ([uv, "pip", "install", "--no-build", "--python", env.python, "--", *env.requirements], install),
