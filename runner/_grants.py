@@ -96,6 +96,15 @@ def reaches(level: str, provider: str, project_trusted: bool) -> bool:
     return project_trusted or level == "user" or provider == "config"
 
 
+def withheld_note(name: str, module: str, project: str) -> str:
+    """The warning for a tool that :func:`reaches` keeps from its ``[tools.NAME]`` grants."""
+    return (
+        f"tool {name!r} from {module} does not get the [tools.{name}] grants of ~/.xcsh/config.toml: it comes "
+        f"from the project {project}, which is not trusted; add {project} to trusted_projects in "
+        "~/.xcsh/config.toml if you trust it"
+    )
+
+
 def _check_ports(path: Path, config: ConfigFile) -> None:
     tables = {"[sandbox]": config.sandbox, **{f"[tools.{name}]": g for name, g in config.tools.items()}}
     for table, grants in tables.items():

@@ -26,7 +26,7 @@ from ._config import RunnerConfig
 from ._discovery import Candidate, Discovery, Shadowed, ToolSource, collect, locate_project, walk
 from ._errors import ConfigError, RemoteProtocolError, WorkerDied, WorkerError, WorkerStartupError, describe_exit
 from ._faults import fault_point
-from ._grants import reaches, ungranted_note
+from ._grants import reaches, ungranted_note, withheld_note
 from ._pool import Slot, WorkerPool
 from ._proc import RemoteError
 from ._results import ToolResult
@@ -281,11 +281,7 @@ class ToolRegistry:
             granted = reaches(info.source.level, info.source.provider, self._config.project_trusted)
             policy = self._policies[info.name] = self._config.policy_for(info.name, granted=granted)
             if not granted and info.name in self._config.tool_grants:
-                self._warnings.append(
-                    f"tool {info.name!r} from {info.module} does not get the [tools.{info.name}] grants of "
-                    f"~/.xcsh/config.toml: it comes from the project {self.project_root}, which is not trusted; "
-                    f"add it to trusted_projects in ~/.xcsh/config.toml if you trust it"
-                )
+                self._warnings.append(withheld_note(info.name, info.module, self.project_root))
             if (note := ungranted_note(info, policy, self._cwd)) is not None:
                 self._warnings.append(note)
 
