@@ -451,7 +451,7 @@ class HostBridge:
     async def _render(self, info: ToolInfo, params: p.RenderParams, default: str, timeout: float) -> str:
         if self._pool.closed:
             return default  # no new worker for a closed runner
-        policy = self._config.policy_for(info.name)
+        policy = self._registry.policy_for(info.name)
         try:
             slot = await self._registry.acquire(info, self._config.load_timeout, policy)
         except LoadFailed as exc:

@@ -75,13 +75,16 @@ class RunnerConfig:
             then ``tool_paths``; False loads only ``tool_paths``. None (the
             default): discovery when ``tool_paths`` is empty, else only
             ``tool_paths``. Pass False to load exactly a list that may be empty.
+            Discovery also reads the config files' sandbox grants (``_grants``);
+            ``open_runner`` resolves None before reading them.
         cache: remember what unchanged modules define, so they are not imported
             again on the next run (see ``runner._cache``).
         cache_dir: where; default ``$XDG_CACHE_HOME/xcsh-run`` or ``~/.cache/xcsh-run``.
         home: the user's home for discovery; default ``$HOME``.
         sandbox: the policy of every worker (default: ``SandboxPolicy()``,
             the ``contained`` level). See :class:`SandboxPolicy`.
-        tool_policies: per-tool policies by tool name, instead of ``sandbox``.
+        tool_policies: per-tool policies by tool name, instead of ``sandbox``
+            (kept by name, whatever module defines it: the caller chose them).
         max_workers: calls running at once (each in its own worker); more wait
             their turn, first come first served. Default: twice the core count, at least 4.
         queue_timeout: seconds a call may wait for its turn (``max_workers``,
@@ -140,6 +143,12 @@ class RunnerConfig:
     forkserver: bool = DEFAULT_FORKSERVER
     # Not an option: what reading the config files had to say (``_grants``), for the runner's warnings.
     grant_warnings: tuple[str, ...] = field(default=(), init=False, compare=False, repr=False)
+    # Also not options: the config files' ``[tools.NAME]`` policies, kept apart from ``tool_policies``
+    # because they follow a name only from a source ``_grants.reaches`` allows (the registry decides).
+    tool_grants: Mapping[str, SandboxPolicy] = field(
+        default_factory=lambda: MappingProxyType({}), init=False, compare=False, repr=False
+    )
+    project_trusted: bool = field(default=True, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # Normalised in place (frozen: through object.__setattr__) so that two
@@ -150,15 +159,20 @@ class RunnerConfig:
         fix(self, "home", _path_or_none(self.home))
         fix(self, "builtin_tool_names", frozenset(self.builtin_tool_names))
         policies = dict(self.tool_policies)
+        grants: dict[str, SandboxPolicy] = {}
+        trusted = True
         if self.discover_sources:
             # The user's grants from config files, as the CLI and serve discover every source (``_grants``).
             # A project's config file is the one at its root, found as discovery finds it.
             home = self.home or os.environ.get("HOME")
             root = project_root(self.cwd or os.getcwd(), home)
-            sandbox, policies, notes = granted_policies(self.sandbox, policies, root, home)
-            fix(self, "sandbox", sandbox)
-            fix(self, "grant_warnings", tuple(notes))
+            granted = granted_policies(self.sandbox, policies, root, home)
+            policies, grants, trusted = granted.tool_policies, granted.tool_grants, granted.project_trusted
+            fix(self, "sandbox", granted.sandbox)
+            fix(self, "grant_warnings", tuple(granted.warnings))
         fix(self, "tool_policies", MappingProxyType(policies))
+        fix(self, "tool_grants", MappingProxyType(grants))
+        fix(self, "project_trusted", trusted)
         if self.env is not None:
             fix(self, "env", MappingProxyType(dict(self.env)))
         for label in ("default_timeout", "grace", "load_timeout"):
@@ -182,8 +196,15 @@ class RunnerConfig:
         """Calls running at once: ``max_workers``, or its default."""
         return self.max_workers if self.max_workers is not None else default_max_workers()
 
-    def policy_for(self, tool: str) -> SandboxPolicy:
-        """The sandbox policy a tool runs under (its own, else the runner's)."""
+    def policy_for(self, tool: str, *, granted: bool = False) -> SandboxPolicy:
+        """The sandbox policy a tool runs under (its own, else the runner's).
+
+        ``granted``: the tool's module comes from a source the config files'
+        ``[tools.NAME]`` grants may reach (``_grants.reaches``); the registry
+        says so for each tool it registers.
+        """
+        if granted and tool in self.tool_grants:
+            return self.tool_grants[tool]
         return self.tool_policies.get(tool, self.sandbox)
 
 

@@ -17,6 +17,13 @@ for one tool), each with ``allow_exec``, ``allow_read``, ``allow_write`` and
 ``allow_connect``; they add to the policy the runner was given (its ``sandbox``
 and ``tool_policies``), never take anything away. A relative path is relative
 to the folder that holds ``.xcsh/`` (the home folder for the user's file).
+
+``[tools.NAME]`` grants follow a name, and a project's module can take any
+name (a project's ``.xcsh/tools`` comes first in discovery): they reach a tool
+only when its module comes from a user-level source, a ``--tools`` path, or a
+trusted project (:func:`reaches`); the registry decides when it registers the
+tool. Under ``network='netns'`` the files' ``allow_connect`` is left out (an
+empty namespace has nothing to connect to) with a warning.
 """
 
 from __future__ import annotations
@@ -70,6 +77,44 @@ class ConfigFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     tools: dict[str, Grants] = {}
 
 
+class Granted(msgspec.Struct, frozen=True):
+    """The config files' grants folded into a runner's policies (see :func:`granted_policies`)."""
+
+    sandbox: SandboxPolicy
+    tool_policies: dict[str, SandboxPolicy]
+    tool_grants: dict[str, SandboxPolicy]
+    project_trusted: bool
+    warnings: list[str]
+
+
+def reaches(level: str, provider: str, project_trusted: bool) -> bool:
+    """Whether ``[tools.NAME]`` grants may reach a tool whose module comes from this source.
+
+    A user-level source and a ``--tools`` path (provider ``config``) are the
+    user's own choice; a project's module is, only when the project is trusted.
+    """
+    return project_trusted or level == "user" or provider == "config"
+
+
+def withheld_note(name: str, module: str, project: str) -> str:
+    """The warning for a tool that :func:`reaches` keeps from its ``[tools.NAME]`` grants."""
+    return (
+        f"tool {name!r} from {module} does not get the [tools.{name}] grants of ~/.xcsh/config.toml: it comes "
+        f"from the project {project}, which is not trusted; add {project} to trusted_projects in "
+        "~/.xcsh/config.toml if you trust it"
+    )
+
+
+def _check_ports(path: Path, config: ConfigFile) -> None:
+    tables = {"[sandbox]": config.sandbox, **{f"[tools.{name}]": g for name, g in config.tools.items()}}
+    for table, grants in tables.items():
+        for port in grants.allow_connect:
+            if not 0 < port < 65536:
+                raise ConfigError(
+                    f"{path}: {table} allow_connect: {port} is not a TCP port; give numbers from 1 to 65535"
+                )
+
+
 def _read(path: Path, base: Path) -> ConfigFile | None:
     try:
         data = path.read_bytes()
@@ -87,6 +132,7 @@ def _read(path: Path, base: Path) -> ConfigFile | None:
             f"{path}: {exc}; the file holds trusted_projects = [...], [sandbox] and [tools.NAME] tables with "
             f"{', '.join(_GRANT_KEYS)}"
         ) from None
+    _check_ports(path, config)
 
     def absolute(grants: Grants) -> Grants:
         def fix(paths: tuple[str, ...]) -> tuple[str, ...]:
@@ -101,19 +147,29 @@ def _read(path: Path, base: Path) -> ConfigFile | None:
     )
 
 
-def load(project: str, home: str | None) -> tuple[Grants, dict[str, Grants], list[str]]:
+class Loaded(msgspec.Struct, frozen=True):
+    every: Grants
+    per_tool: dict[str, Grants]
+    project_trusted: bool
+    warnings: list[str]
+    connect_files: list[str]  # the files that grant allow_connect, for the netns warning
+
+
+def load(project: str, home: str | None) -> Loaded:
     """The grants for every tool and per tool, from the user's file and a trusted project's; and warnings."""
     warnings: list[str] = []
-    files: list[ConfigFile] = []
-    user = _read(Path(home) / ".xcsh" / CONFIG_NAME, Path(home)) if home else None
+    files: dict[str, ConfigFile] = {}
+    user_path = Path(home) / ".xcsh" / CONFIG_NAME if home else None
+    user = _read(user_path, Path(home)) if user_path is not None and home else None
     if user is not None:
-        files.append(user)
+        files[str(user_path)] = user
     folder = Path(project)
+    at_home = home is not None and folder.resolve() == Path(home).resolve()
+    trusted = at_home or (user is not None and os.path.realpath(folder) in user.trusted_projects)
     own = _read(folder / ".xcsh" / CONFIG_NAME, folder)
-    if own is not None and (home is None or folder.resolve() != Path(home).resolve()):
-        trusted = user is not None and os.path.realpath(folder) in user.trusted_projects
+    if own is not None and not at_home:
         if trusted:
-            files.append(own)
+            files[str(folder / ".xcsh" / CONFIG_NAME)] = own
         elif own.sandbox or any(own.tools.values()):
             warnings.append(
                 f"{folder / '.xcsh' / CONFIG_NAME} grants sandbox access that is ignored: a project's config file "
@@ -122,22 +178,45 @@ def load(project: str, home: str | None) -> tuple[Grants, dict[str, Grants], lis
             )
     every = Grants()
     per_tool: dict[str, Grants] = {}
-    for config in files:
+    connect_files: list[str] = []
+    for path, config in files.items():
         every = every.add(config.sandbox)
         for name, grants in config.tools.items():
             per_tool[name] = per_tool.get(name, Grants()).add(grants)
-    return every, per_tool, warnings
+        if config.sandbox.allow_connect or any(g.allow_connect for g in config.tools.values()):
+            connect_files.append(path)
+    return Loaded(every, per_tool, trusted, warnings, connect_files)
 
 
 def granted_policies(
     sandbox: SandboxPolicy, tool_policies: Mapping[str, SandboxPolicy], project: str, home: str | None
-) -> tuple[SandboxPolicy, dict[str, SandboxPolicy], list[str]]:
-    """The runner's policy and per-tool policies with the config files' grants added; and warnings."""
-    every, per_tool, warnings = load(project, home)
-    policies = {name: every.onto(policy) for name, policy in tool_policies.items()}
-    for name, grants in per_tool.items():
-        policies[name] = grants.onto(policies.get(name, every.onto(sandbox)))
-    return every.onto(sandbox), policies, warnings
+) -> Granted:
+    """The runner's policy, the policies given by name, and the per-tool grants' policies; and warnings.
+
+    ``tool_policies`` (given in code) are kept by name: the caller chose them
+    for a name it loads itself. ``tool_grants`` are the config files'
+    ``[tools.NAME]``, which the registry applies only where :func:`reaches`.
+    """
+    found = load(project, home)
+    warnings = list(found.warnings)
+    dropped = False
+
+    def onto(grants: Grants, policy: SandboxPolicy) -> SandboxPolicy:
+        nonlocal dropped
+        if policy.network == "netns" and grants.allow_connect:
+            dropped = True
+            grants = msgspec.structs.replace(grants, allow_connect=())
+        return grants.onto(policy)
+
+    base = onto(found.every, sandbox)
+    policies = {name: onto(found.every, policy) for name, policy in tool_policies.items()}
+    grants = {name: onto(g, policies.get(name, base)) for name, g in found.per_tool.items()}
+    if dropped:
+        warnings.append(
+            f"allow_connect in {', '.join(found.connect_files)} is not applied under network='netns' (an empty "
+            "network namespace has nothing to connect to); use --network off to let a strict tool reach those ports"
+        )
+    return Granted(base, policies, grants, found.project_trusted, warnings)
 
 
 # --- needs declared but not granted -------------------------------------------------------

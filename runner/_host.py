@@ -94,7 +94,8 @@ class Runner(RunnerSettings):
         process_factory = ProcessFactory(
             nursery, cwd=config.cwd, env=os.environ if config.env is None else config.env, probe=probe,
             cgroups=cgroups, max_frame_bytes=config.max_frame_bytes, teardown=self._teardown,
-            forkserver_policies=(config.sandbox, *config.tool_policies.values()) if config.forkserver else None,
+            forkserver_policies=(config.sandbox, *config.tool_policies.values(), *config.tool_grants.values())
+            if config.forkserver else None,
         )  # fmt: skip
         self._process_factory = process_factory
         self._factory: WorkerFactory = factory or process_factory
@@ -151,8 +152,16 @@ class Runner(RunnerSettings):
         """The loaded tool called ``name``, or None."""
         return self._registry.tools.get(name)
 
+    def policy_for(self, name: str) -> SandboxPolicy:
+        """The sandbox policy a tool runs under: its own, else the runner's; for a loaded tool, as its source allows."""
+        return self._registry.policy_for(name)
+
     async def load(
-        self, configured_paths: Sequence[str] = (), *, discover_sources: bool = True, wanted_tool: str | None = None
+        self,
+        configured_paths: Sequence[str] = (),
+        *,
+        discover_sources: bool | None = None,
+        wanted_tool: str | None = None,
     ) -> None:
         """Discover modules and describe them, each in its own worker, in parallel.
 
@@ -161,8 +170,12 @@ class Runner(RunnerSettings):
         called. Modules load in parallel (bounded by the core count) but are
         merged in precedence order, so the first definition of a name wins.
         With ``wanted_tool``, loading stops once that name's definition is
-        settled (see :func:`open_runner`).
+        settled (see :func:`open_runner`). ``discover_sources`` None: as the
+        runner was opened (``config.discover_sources``, which also decided
+        whether the config files' grants were read).
         """
+        if discover_sources is None:
+            discover_sources = self.config.discover_sources if self.config.discover_sources is not None else True
         await self._registry.load(configured_paths, discover_sources=discover_sources, wanted_tool=wanted_tool)
 
     # --- calls ----------------------------------------------------------------------------
@@ -423,7 +436,9 @@ async def open_runner(
     work_dir = config.cwd if config.cwd is not None else os.getcwd()
     if not Path(work_dir).is_dir():  # noqa: ASYNC240 - once per runner
         raise ConfigError(f"cwd {work_dir!r} is not a directory")
-    config = dataclasses.replace(config, cwd=os.path.abspath(work_dir))  # noqa: ASYNC240
+    # None resolved once, here where the paths are known, so that discovery and the config files' grants agree.
+    discover = config.discover_sources if config.discover_sources is not None else not tool_paths
+    config = dataclasses.replace(config, cwd=os.path.abspath(work_dir), discover_sources=discover)  # noqa: ASYNC240
     warnings: list[str] = []
     cache_root = Path(config.cache_dir) if config.cache_dir is not None else default_dir()
     module_cache = ModuleCache(cache_root, warnings) if config.cache else None
@@ -445,7 +460,7 @@ async def open_runner(
         found = await trio.to_thread.run_sync(prepare)
         # Fail closed, before any worker exists.
         unenforced = check(config.sandbox, found)
-        for tool_policy in config.tool_policies.values():
+        for tool_policy in (*config.tool_policies.values(), *config.tool_grants.values()):
             check(tool_policy, found)
     except BaseException:
         if cgroups is not None:
@@ -458,7 +473,6 @@ async def open_runner(
         )
         try:
             await runner._start_housekeeping(nursery)
-            discover = config.discover_sources if config.discover_sources is not None else not tool_paths
             await runner.load(tool_paths, discover_sources=discover, wanted_tool=config.wanted_tool)
             yield runner
         finally:

@@ -26,7 +26,7 @@ from ._config import RunnerConfig
 from ._discovery import Candidate, Discovery, Shadowed, ToolSource, collect, locate_project, walk
 from ._errors import ConfigError, RemoteProtocolError, WorkerDied, WorkerError, WorkerStartupError, describe_exit
 from ._faults import fault_point
-from ._grants import ungranted_note
+from ._grants import reaches, ungranted_note, withheld_note
 from ._pool import Slot, WorkerPool
 from ._proc import RemoteError
 from ._results import ToolResult
@@ -123,6 +123,7 @@ class ToolRegistry:
         warnings.extend(config.grant_warnings)  # a project's config file that was not read, and why
         self._builtins = config.builtin_tool_names
         self.tools: dict[str, ToolInfo] = {}
+        self._policies: dict[str, SandboxPolicy] = {}
         self.errors: list[LoadError] = []
         # Of `errors`, the modules, factory entries and schemas that failed (not conflicts, not shadowing).
         self.failures: list[LoadError] = []
@@ -277,8 +278,16 @@ class ToolRegistry:
             self.errors.append(LoadError(info.module, message, info.source))
         else:
             self.tools[info.name] = info
-            if (note := ungranted_note(info, self._config.policy_for(info.name), self._cwd)) is not None:
+            granted = reaches(info.source.level, info.source.provider, self._config.project_trusted)
+            policy = self._policies[info.name] = self._config.policy_for(info.name, granted=granted)
+            if not granted and info.name in self._config.tool_grants:
+                self._warnings.append(withheld_note(info.name, info.module, self.project_root))
+            if (note := ungranted_note(info, policy, self._cwd)) is not None:
                 self._warnings.append(note)
+
+    def policy_for(self, name: str) -> SandboxPolicy:
+        """The policy of a registered tool, chosen once by where its module comes from (see ``_register``)."""
+        return self._policies.get(name) or self._config.policy_for(name)
 
     async def _load_candidate(self, candidate: Candidate) -> _Outcome:
         path = candidate.resolved
