@@ -397,7 +397,7 @@ def test_log_file_gets_tool_records(tmp_path: Path) -> None:
 
 def test_list_and_describe_start_no_spare_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     """They never call a tool: a spare worker would be started only to be stopped."""
-    from runner import _cli
+    from runner import _cli, _cli_fields
 
     asked: list[object] = []
     real = _cli.open_runner
@@ -406,7 +406,9 @@ def test_list_and_describe_start_no_spare_worker(monkeypatch: pytest.MonkeyPatch
         asked.append(options.get("spare_workers", "default"))
         return real(*args, **options)
 
+    # list opens its runner in _cli; describe, like TOOL --help, through _cli_fields.lookup_tool.
     monkeypatch.setattr(_cli, "open_runner", recording)
+    monkeypatch.setattr(_cli_fields, "open_runner", recording)
     monkeypatch.setattr(_cli, "configure_log_file", lambda *_, **__: None)  # no handler on this process's logger
     for argv in (["list", "--tools", str(TOOLS / "basic.py")], ["describe", "add", "--tools", str(TOOLS / "basic.py")]):
         with pytest.raises(SystemExit) as exited:
