@@ -173,9 +173,16 @@ def test_ui_without_a_host_ui_answers_the_no_op_values_and_sends_nothing() -> No
         "setStatus": "undefined",
         "setEditorText": "undefined",
         "custom": "undefined",
+        "elicit": {"action": "cancel", "content": None},
         "themed": "text",
         "sent": [],
-    }
+        "sample": "undefined",  # the host's null: no client can sample
+        "sampleSent": [
+            {"kind": "request", "method": "ui", "params": {"call_id": None, "method": "sample", "args": [
+                {"messages": [{"role": "user", "content": {"type": "text", "text": "Say hi"}}],
+                 "maxTokens": 5, "temperature": 0}]}},
+        ],
+    }  # fmt: skip
 
 
 def test_ui_with_a_host_ui_sends_requests_and_notifications_in_protocol_shape() -> None:
@@ -187,6 +194,8 @@ def test_ui_with_a_host_ui_sends_requests_and_notifications_in_protocol_shape() 
     assert report["editor"] == "edited"
     assert report["editorText"] == "draft"
     assert report["refused"] == "the host refused ui: no terminal"
+    assert report["elicit"] == {"action": "accept", "content": {"city": "Oslo"}}
+    assert report["sample"]["content"] == {"type": "text", "text": "hi"}
     sent = [(s["kind"], s["method"], s["params"]["method"], s["params"]["args"]) for s in report["sent"]]
     assert sent == [
         ("request", "ui", "select", ["Pick", ["a", "b"]]),
@@ -194,6 +203,20 @@ def test_ui_with_a_host_ui_sends_requests_and_notifications_in_protocol_shape() 
         ("request", "ui", "input", ["Name", None]),
         ("request", "ui", "editor", ["Body", None]),
         ("request", "ui", "get_editor_text", []),
+        ("request", "ui", "elicit", ["Where?", {"type": "object", "properties": {"city": {"type": "string"}}}]),
+        (
+            "request",
+            "ui",
+            "sample",
+            [
+                {
+                    "messages": [{"role": "user", "content": {"type": "text", "text": "Say hi"}}],
+                    "maxTokens": 1000,
+                    "systemPrompt": "terse",
+                    "stopSequences": ["\n"],
+                }
+            ],
+        ),
         ("notify", "ui", "notify", ["hello", "info"]),
         ("notify", "ui", "notify", ["bad", "error"]),
         ("notify", "ui", "set_status", ["k", None]),

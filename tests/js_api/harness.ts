@@ -37,16 +37,28 @@ const apiCases: Record<string, (arg: string) => Promise<unknown>> = {
       setStatus: ui.setStatus!("k", "v") ?? "undefined",
       setEditorText: ui.setEditorText!("x") ?? "undefined",
       custom: (await ui.custom!(() => null)) ?? "undefined",
+      elicit: await ui.elicit!("Where?", { type: "object", properties: {} }),
       themed: ((ui as unknown as { theme: Record<string, Fn> }).theme.fg!("accent", "text")),
-      sent: link.sent,
+      sent: [...link.sent],
     };
-    return report;
+    // Sampling asks the host's MCP client, not a UI: it is sent without one too.
+    link.answers = { sample: null };
+    const sample = (await (api.sample as Fn)("Say hi", { maxTokens: 5, temperature: 0 })) ?? "undefined";
+    return { ...report, sample, sampleSent: link.sent };
   },
   async ui_bridged() {
     const link = new FakeLink();
     link.ui = true;
     link.callId = "c1";
-    link.answers = { select: "b", confirm: true, input: null, editor: "edited", get_editor_text: "draft" };
+    link.answers = {
+      select: "b",
+      confirm: true,
+      input: null,
+      editor: "edited",
+      get_editor_text: "draft",
+      elicit: { action: "accept", content: { city: "Oslo" } },
+      sample: { role: "assistant", content: { type: "text", text: "hi" }, model: "m", stopReason: "endTurn" },
+    };
     const { api } = makeApi(link, { typeboxDir: "" });
     const ui = api.ui as Record<string, Fn>;
     const report: Record<string, unknown> = {
@@ -56,6 +68,11 @@ const apiCases: Record<string, (arg: string) => Promise<unknown>> = {
       input: (await ui.input!("Name")) ?? "undefined",
       editor: await ui.editor!("Body"),
       editorText: await ui.getEditorText!(),
+      elicit: await ui.elicit!("Where?", { type: "object", properties: { city: { type: "string" } } }),
+      sample: await (api.sample as Fn)([{ role: "user", content: "Say hi" }], {
+        systemPrompt: "terse",
+        stopSequences: ["\n"],
+      }),
     };
     ui.notify!("hello");
     ui.notify!("bad", "error");

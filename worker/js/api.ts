@@ -19,6 +19,9 @@
  *   not installed; then using it throws an Error that says how to install it.
  * - `pushPendingAction` returns the action's id and keeps `details`, which the
  *   host shows with the preview (the original dropped them).
+ * - Added, as the Python worker has them: `ui.elicit(message, schema)` (an MCP
+ *   form; `{action: "cancel", content: null}` without a UI) and
+ *   `api.sample(messages, options?)` (a completion from the host's MCP client).
  *
  * The `pi` namespace. The original injects the whole agent package
  * (`@oh-my-pi/pi-coding-agent`). Here it holds what means something outside
@@ -184,12 +187,68 @@ function makeUi(link: HostLink): Record<string, unknown> {
     setEditorText(text: string): void {
       tell("set_editor_text", [text]);
     },
+    /**
+     * A form for the user (MCP elicitation): `schema` is a flat JSON Schema object.
+     * Resolves to `{action: "accept" | "decline" | "cancel", content}`; "cancel" without a UI.
+     */
+    async elicit(message: string, schema: Record<string, unknown>): Promise<unknown> {
+      if (!link.hasUI()) return { action: "cancel", content: null };
+      const answer = await ask("elicit", [message, schema ?? { type: "object", properties: {} }]);
+      return answer ?? { action: "cancel", content: null };
+    },
     async custom(..._args: unknown[]): Promise<undefined> {
       return undefined;
     },
     get theme(): Record<string, unknown> {
       return plainTheme;
     },
+  };
+}
+
+export interface SampleOptions {
+  maxTokens?: number;
+  systemPrompt?: string;
+  temperature?: number;
+  stopSequences?: readonly string[];
+  modelPreferences?: Record<string, unknown>;
+  includeContext?: "none" | "thisServer" | "allServers";
+  metadata?: Record<string, unknown>;
+}
+
+/**
+ * `api.sample`: a completion from the host's model (MCP `sampling/createMessage`),
+ * as the Python worker's `api.sample`. `messages` is a string (one user
+ * message) or MCP sampling messages, where a string content is a text block.
+ * Resolves to `{role, content, model, stopReason}`, or undefined when the host
+ * cannot sample or the client declined. Sent whether or not a UI is attached.
+ */
+function makeSample(link: HostLink) {
+  return async (
+    messages: string | readonly Record<string, unknown>[],
+    options: SampleOptions = {},
+  ): Promise<unknown> => {
+    const listed = typeof messages === "string" ? [{ role: "user", content: messages }] : [...messages];
+    const params: Record<string, unknown> = {
+      messages: listed.map((m) => ({
+        ...m,
+        role: m.role ?? "user",
+        content: typeof m.content === "string" ? { type: "text", text: m.content } : m.content,
+      })),
+      maxTokens: options?.maxTokens ?? 1000,
+    };
+    for (const key of [
+      "systemPrompt",
+      "temperature",
+      "includeContext",
+      "stopSequences",
+      "modelPreferences",
+      "metadata",
+    ] as const) {
+      const value = options?.[key];
+      if (value !== undefined && value !== null) params[key] = Array.isArray(value) ? [...value] : value;
+    }
+    const answer = await link.request("ui", { call_id: link.currentCallId(), method: "sample", args: [params] });
+    return answer === null ? undefined : answer;
   };
 }
 
@@ -379,6 +438,7 @@ export function makeApi(link: HostLink, opts: { typeboxDir: string }): WorkerApi
     pushPendingAction(action: unknown): string {
       return pushPendingAction(link, pending, action);
     },
+    sample: makeSample(link),
   };
   return { api, pending, endCall: (callId: string) => log.endCall(callId) };
 }
