@@ -1,5 +1,7 @@
 // Tools for tests/test_js_worker.py: one per behaviour of the worker core.
 import type { CustomToolFactory } from "@f5-sales-demo/xcsh";
+// The worker's own ToolError (the same module instance the worker checks against).
+import { ToolError } from "../../worker/js/errors.ts";
 
 class Refusal extends RangeError {}
 const sessionEvents: string[] = [];
@@ -14,7 +16,15 @@ const factory: CustomToolFactory = (pi: any) => [
     async execute(toolCallId: string, params: any, _onUpdate: any, ctx: any) {
       return {
         content: [{ type: "text", text: `echo ${params.text}`, extra: "dropped" }],
-        details: { toolCallId, params, ctx: { model: ctx.model, idle: ctx.isIdle() }, init: process.env.XCSH_WORKER_INIT ?? null, sessionEvents, cwd: pi.cwd },
+        details: {
+          toolCallId,
+          params,
+          ctx: { model: ctx.model, idle: ctx.isIdle(), queued: ctx.hasQueuedMessages() },
+          init: process.env.XCSH_WORKER_INIT ?? null,
+          sessionEvents,
+          cwd: pi.cwd,
+          hasUI: pi.hasUI,
+        },
       };
     },
     onSession(event: any) {
@@ -61,7 +71,7 @@ const factory: CustomToolFactory = (pi: any) => [
     expectedErrors: [Refusal],
     execute(_id: string, params: any) {
       if (params.kind === "expected") throw new Refusal("expected refusal");
-      throw new pi.pi.ToolError("no such branch");
+      throw new ToolError("no such branch");
     },
   },
   {
@@ -105,6 +115,18 @@ const factory: CustomToolFactory = (pi: any) => [
         return "returned first";
       }
       void fail();
+      return new Promise(() => {});
+    },
+  },
+  {
+    name: "aborts",
+    description: "Asks the host to abort the operation, then throws in a timer",
+    parameters: object,
+    execute(_id: string, _params: any, _onUpdate: any, ctx: any) {
+      ctx.abort("enough");
+      setTimeout(() => {
+        throw new EvalError("thrown in a timer");
+      }, 5);
       return new Promise(() => {});
     },
   },

@@ -252,6 +252,7 @@ async function load(params: Record<string, any>): Promise<Outcome> {
   const failed = new Promise<Outcome>((resolve) => {
     unhandled = resolve;
   });
+  let over = false; // answered already (a stray error failed the load): a late factory result must not count
   onUnhandled = (exc, how) =>
     unhandled({
       error: errorObject(Code.LOAD_ERROR, `${path}: ${how} while loading: ${errorType(exc)}: ${errorMessage(exc)}`, {
@@ -260,6 +261,7 @@ async function load(params: Record<string, any>): Promise<Outcome> {
     });
   try {
     const done = loadTools(path, api.api).then((value): Outcome => {
+      if (over) return { error: errorObject(Code.LOAD_ERROR, "superseded") };
       if ("code" in value) return { error: value as ErrorObject };
       tools = value.tools;
       state = State.LOADED;
@@ -267,6 +269,7 @@ async function load(params: Record<string, any>): Promise<Outcome> {
     });
     return await Promise.race([done, failed]);
   } finally {
+    over = true;
     onUnhandled = null;
   }
 }
