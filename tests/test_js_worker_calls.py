@@ -12,7 +12,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from worker._messages import Notification, Response
+from worker._frames import encode_message
+from worker._messages import ErrorResponse, Notification, Request, Response
 
 from ._js_harness import FIXTURES, JsWorker, skip_without_bun, wait_stderr, wait_update
 
@@ -148,3 +149,28 @@ def test_ctx_abort_notifies_the_host_and_an_uncaught_exception_fails_the_call(ba
     error = msgspec.to_builtins(answer)["error"]
     assert error["code"] == -32000 and "thrown in a timer" in error["message"]
     assert "uncaught exception" in error["message"] and error["data"]["exception"] == "EvalError"
+
+
+def test_pipelined_requests_are_answered_one_at_a_time_in_order(basic: JsWorker) -> None:
+    def call(i: int) -> bytes:
+        params = {"call_id": f"p{i}", "tool": "echo", "arguments": {"text": str(i)}}
+        return encode_message(Request(id=i, method="call", params=params))
+
+    frames = b"".join(call(i) for i in range(1, 51))
+    basic.write(frames)  # one write: many frames in one read of the reader thread
+    texts = []
+    for _ in range(50):
+        msg = basic.next_message()
+        assert isinstance(msg, Response)
+        texts.append((msg.id, msgspec.json.decode(msg.result)["content"][0]["text"]))
+    assert texts == [(i, f"echo {i}") for i in range(1, 51)]
+
+
+def test_a_session_event_during_a_call_is_answered_after_it(basic: JsWorker) -> None:
+    req = basic.call("sleepy", call_id="s1")
+    wait_update(basic)
+    session = basic.request("session", {"event": {"reason": "tree"}, "ctx": {}})
+    basic.notify("$/cancel", {"call_id": "s1", "reason": "cancelled"})
+    first = basic.next_message()
+    assert isinstance(first, ErrorResponse) and first.id == req
+    assert basic.result(session)["warnings"] == ["bug.on_session('tree') raised Error: hook broke"]

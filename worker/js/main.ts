@@ -15,7 +15,7 @@
  * which ends that call as a `tool_error` (or the load as a `load_error`).
  */
 import * as fs from "node:fs";
-import { makeApi } from "./api.ts";
+import { type WorkerApi, makeApi } from "./api.ts";
 import { Call, type CallDeps, FrameOverLimit, type Outcome, failure, startCall } from "./calls.ts";
 import { Code, DEFAULT_MAX_FRAME_BYTES, type ErrorObject, type Id, type Message, encodeFrame, errorObject } from "./frames.ts";
 import type { HostLink } from "./hostlink.ts";
@@ -75,6 +75,8 @@ let onUnhandled: ((exc: unknown, how: string) => void) | null = null;
 let tools = new Map<string, LoadedTool>();
 let loaded = false;
 let root: string | null = null;
+let api: WorkerApi | null = null; // made at load, so that a broken tool API is that load's error
+const NO_PENDING = { take: () => undefined };
 
 function die(why: string): never {
   return lifeline(KILL_FD, LEADER, why, realExit);
@@ -236,7 +238,7 @@ async function serve(method: string, params: Record<string, any>): Promise<Outco
     case "render":
       return handleRender(params, tools);
     case "pending/resolve":
-      return handleResolve(params, api.pending);
+      return handleResolve(params, api?.pending ?? NO_PENDING);
     case "shutdown":
       return { result: null };
   }
@@ -248,6 +250,13 @@ async function load(params: Record<string, any>): Promise<Outcome> {
   loaded = true;
   const path = String(params.path);
   root = toolRoot(path);
+  try {
+    api = makeApi(link, { typeboxDir: init.typebox ?? "" });
+  } catch (exc) {
+    const message = `${path}: the worker's tool API could not be set up: ${errorType(exc)}: ${errorMessage(exc)}`;
+    return { error: errorObject(Code.LOAD_ERROR, message, { traceback: exc instanceof Error ? exc.stack : undefined }) };
+  }
+  const toolApi = api.api;
   let unhandled!: (o: Outcome) => void;
   const failed = new Promise<Outcome>((resolve) => {
     unhandled = resolve;
@@ -260,7 +269,7 @@ async function load(params: Record<string, any>): Promise<Outcome> {
       }),
     });
   try {
-    const done = loadTools(path, api.api).then((value): Outcome => {
+    const done = loadTools(path, toolApi).then((value): Outcome => {
       if (over) return { error: errorObject(Code.LOAD_ERROR, "superseded") };
       if ("code" in value) return { error: value as ErrorObject };
       tools = value.tools;
@@ -292,7 +301,7 @@ async function call(params: Record<string, any>): Promise<Outcome> {
     onUnhandled = null;
     current = null;
     try {
-      api.endCall(running.callId);
+      api?.endCall(running.callId);
     } catch (exc) {
       say(`ending call ${running.callId} failed: ${errorMessage(exc)}`);
     }
@@ -350,4 +359,3 @@ write(
     },
   }),
 );
-const api = makeApi(link, { typeboxDir: init.typebox ?? "" });
