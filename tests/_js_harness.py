@@ -30,6 +30,7 @@ ROOT = Path(__file__).parent.parent
 JS = ROOT / "worker" / "js"
 FIXTURES = Path(__file__).parent / "js_fixtures"
 BUN = os.environ.get("XCSH_RUN_BUN") or str(ROOT / ".cache/bun/node_modules/bun/bin/bun.exe")
+TYPEBOX = os.environ.get("XCSH_RUN_TYPEBOX") or str(ROOT / ".cache/bun/node_modules/@sinclair/typebox")
 DEADLINE = 10.0
 
 
@@ -61,7 +62,7 @@ class JsWorker:
             "fd_out": w_out,
             "kill_fd": -1,
             "buffered": base64.b64encode(buffered).decode(),
-            "typebox": "",
+            "typebox": TYPEBOX if os.path.isdir(TYPEBOX) else "",
         }
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),

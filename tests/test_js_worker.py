@@ -10,10 +10,11 @@ import signal
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from worker._frames import encode_message
-from worker._messages import Request, Response
+from worker._messages import ErrorObject, ErrorResponse, Notification, Request, Response
 
 from ._js_harness import FIXTURES, JsWorker, skip_without_bun, wait_update
 
@@ -213,3 +214,55 @@ def test_render_hooks(basic: JsWorker) -> None:
 def test_an_unknown_pending_action_is_not_found(basic: JsWorker) -> None:
     error = basic.error(basic.request("pending/resolve", {"action_id": "a9", "action": "apply", "reason": "r"}))
     assert error["code"] == -32002 and "a9" in error["message"]
+
+
+# --- the host API through HostLink (needs the real api.ts) --------------------------------
+
+
+@pytest.fixture
+def hostapi(tmp_path: Path) -> Iterator[JsWorker]:
+    w = JsWorker(tmp_path, has_ui=True)
+    try:
+        if not w.load(FIXTURES / "hostapi.ts")["tools"]:
+            pytest.skip("worker/js/api.ts is the stub without ui and pushPendingAction")
+        yield w
+    finally:
+        w.close()
+
+
+def test_a_ui_prompt_is_a_worker_request_answered_by_the_host(hostapi: JsWorker) -> None:
+    req = hostapi.call("prompt", call_id="p1")
+    ask = hostapi.next_message()
+    assert isinstance(ask, Request) and ask.method == "ui" and ask.id == 1  # the worker's own ids: 1, 2, ...
+    assert msgspec.json.decode(ask.params) == {"call_id": "p1", "method": "input", "args": ["Name", "placeholder"]}
+    hostapi.write(encode_message(ErrorResponse(id=1, error=ErrorObject(code=-32602, message="bad ui params"))))
+    ask = hostapi.next_message()
+    assert isinstance(ask, Request) and ask.id == 2
+    assert msgspec.json.decode(ask.params)["args"] == ["Deploy", "Deploy to prod?"]
+    hostapi.write(encode_message(Response(id=2, result=True)))
+    result = hostapi.result(req)
+    assert result["content"][0]["text"] == "confirmed=true"
+    assert result["details"]["refused"] == "the host refused ui: bad ui params"
+    hostapi.write(encode_message(Response(id=2, result=True)))  # a second answer: a protocol violation
+    assert hostapi.wait() == -signal.SIGKILL
+
+
+def test_pending_actions_are_applied_and_rejected_by_the_host(hostapi: JsWorker) -> None:
+    answer, before = hostapi.answer(hostapi.call("defer", call_id="d1"))
+    assert isinstance(answer, Response)
+    pushes = [msgspec.json.decode(m.params) for m in before if isinstance(m, Notification)]
+    assert [(p["action_id"], p["label"], p["call_id"]) for p in pushes] == [
+        ("a1", "rename x to y", "d1"),
+        ("a2", "second", "d1"),
+        ("a3", "third", "d1"),
+    ]
+    assert pushes[0]["details"] == {"from": "x"} and "details" not in pushes[1]
+    resolve = {"action_id": "a1", "action": "apply", "reason": "looks right"}
+    result = hostapi.result(hostapi.request("pending/resolve", resolve))
+    assert result == {"result": {"content": [{"type": "text", "text": "applied: looks right"}], "details": None}}
+    again = hostapi.error(hostapi.request("pending/resolve", resolve))
+    assert again["code"] == -32002  # taken off the worker's list
+    assert hostapi.result(hostapi.request("pending/resolve", {**resolve, "action_id": "a2"})) == {"result": None}
+    discard = {"action_id": "a3", "action": "discard", "reason": "no"}
+    error = hostapi.error(hostapi.request("pending/resolve", discard))
+    assert error["code"] == -32000 and "reject()'s result's \"content\" must be an array" in error["message"]
