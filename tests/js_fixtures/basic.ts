@@ -135,6 +135,7 @@ const factory: CustomToolFactory = (pi: any) => [
     description: "Returns as much text as asked",
     parameters: object,
     execute(_id: string, params: any) {
+      if (params.throw) throw new Error("e".repeat(params.size));
       return "x".repeat(params.size);
     },
   },

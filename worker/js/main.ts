@@ -110,7 +110,7 @@ function notify(method: string, params: Record<string, unknown>): void {
 function reply(id: Id, outcome: Outcome): void {
   unanswered.delete(id);
   if ("error" in outcome) {
-    write(encodeFrame({ id, error: outcome.error }));
+    write(errorFrame(id, outcome.error));
     return;
   }
   let frame: Uint8Array;
@@ -128,9 +128,20 @@ function reply(id: Id, outcome: Outcome): void {
             Code.TOOL_ERROR,
             `the result's details are not JSON-serialisable: ${errorMessage(exc)}; return only plain objects, arrays, strings, numbers, booleans and null`,
           );
-    frame = encodeFrame({ id, error });
+    frame = errorFrame(id, error);
   }
   write(frame);
+}
+
+/** An error answer; one whose message or traceback would not fit in a frame is cut down, so the host still gets it. */
+function errorFrame(id: Id, error: ErrorObject): Uint8Array {
+  const frame = encodeFrame({ id, error });
+  if (frame.length - 4 <= MAX_FRAME) return frame;
+  const cut = (text: unknown) => (typeof text === "string" && text.length > 2048 ? `${text.slice(0, 2048)}... (cut to fit the frame limit)` : text);
+  const data = error.data as Record<string, unknown> | undefined;
+  const small = { ...error, message: cut(error.message) as string, data: data && { ...data, traceback: cut(data.traceback) } };
+  const again = encodeFrame({ id, error: small });
+  return again.length - 4 <= MAX_FRAME ? again : encodeFrame({ id, error: { code: error.code, message: "the error was too large to send" } });
 }
 
 function refuse(id: Id, code: number, message: string): void {
