@@ -125,8 +125,15 @@ def test_cancel_then_sigterm_answers_cancelled_with_the_reason(basic: JsWorker) 
     wait_update(basic)
     basic.notify("$/cancel", {"call_id": "s1", "reason": "timeout"})
     basic.proc.send_signal(signal.SIGTERM)
-    error = basic.error(req)
-    assert error == {"code": -32004, "message": "cancelled: timeout", "data": {"kind": "cancelled"}}
+    answer, before = basic.answer(req)
+    assert msgspec.to_builtins(answer)["error"] == {
+        "code": -32004,
+        "message": "cancelled: timeout",
+        "data": {"kind": "cancelled"},
+    }
+    assert before == []  # answered as the signal fired: the update the tool sends then is dropped
+    basic.proc.send_signal(signal.SIGTERM)
+    assert basic.wait() == 0
 
 
 def test_sigterm_alone_cancels_the_call_as_terminated(basic: JsWorker) -> None:

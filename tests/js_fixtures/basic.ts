@@ -89,7 +89,7 @@ const factory: CustomToolFactory = (pi: any) => [
     execute(_id: string, _params: any, onUpdate: any, _ctx: any, signal: AbortSignal) {
       onUpdate({ content: [{ type: "text", text: "waiting" }] });
       return new Promise(() => {
-        signal.addEventListener("abort", () => {});
+        signal.addEventListener("abort", () => onUpdate({ content: [{ type: "text", text: `late: ${signal.reason}` }] }));
       });
     },
   },

@@ -59,8 +59,8 @@ export class Call {
     if (this.controller.signal.aborted) return;
     this.reason = reason;
     this.finish({ error: errorObject(Code.CANCELLED, `cancelled: ${reason}`) });
-    // A DOMException named AbortError, as fetch and Bun.spawn use: `signal.reason.message` is the reason.
-    this.controller.abort(new DOMException(reason, "AbortError"));
+    // The reason itself, as the Python worker's signal has it ("timeout", "cancelled", ...).
+    this.controller.abort(reason);
   }
 }
 
