@@ -97,7 +97,8 @@ def test_load_describes_tools_and_lists_bad_entries(worker: JsWorker) -> None:
         ("throws.ts", ["importing the module raised URIError: broken at import"]),
         ("exits.ts", ["called process.exit(1) while being imported"]),
         ("factory_throws.ts", ["factory(api) raised EvalError: factory broke"]),
-        ("missing.ts", ["importing the module raised"]),
+        ("missing.ts", ["importing the module raised ResolveMessage: Cannot find module"]),
+        ("syntax_error.ts", ["raised BuildMessage: Unexpected end of file at ", "syntax_error.ts:2:"]),
     ],
 )
 def test_load_failures_are_load_errors(worker: JsWorker, module: str, words: list[str]) -> None:

@@ -44,7 +44,7 @@ export async function loadTools(modulePath: string, api: unknown): Promise<Loade
     }
     return errorObject(
       Code.LOAD_ERROR,
-      `${modulePath}: importing the module raised ${errorType(exc)}: ${errorMessage(exc)}` + importHint(exc),
+      `${modulePath}: importing the module raised ${errorType(exc)}: ${errorMessage(exc)}` + position(exc) + importHint(exc),
       { traceback: traceback(exc) },
     );
   }
@@ -89,6 +89,13 @@ function describe(value: unknown): string {
   if (value === undefined) return "missing";
   if (value === null) return "null";
   return Array.isArray(value) ? "an array" : `a ${typeof value}`;
+}
+
+/** Where Bun's transpiler stopped (a BuildMessage has a position and no stack). */
+function position(exc: unknown): string {
+  const at = (exc as { position?: { file?: string; line?: number; column?: number; lineText?: string } } | null)?.position;
+  if (!at || typeof at.line !== "number") return "";
+  return ` at ${at.file}:${at.line}:${at.column}` + (at.lineText ? ` (${at.lineText.trim()})` : "");
 }
 
 function importHint(exc: unknown): string {
