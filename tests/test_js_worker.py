@@ -49,6 +49,7 @@ def test_handshake_answers_initialize_and_hides_the_handoff(worker: JsWorker, tm
     worker.result(worker.request("load", {"path": str(FIXTURES / "basic.ts")}))
     details = worker.result(worker.call("echo", {"text": "hi"}, ctx={"model": "m1"}))["details"]
     assert details["init"] is None  # XCSH_WORKER_INIT was deleted before any tool code ran
+    assert details["childInit"] == ["unset", "unset x"]  # and Bun.spawn's children do not get it either
     assert details["cwd"] == str(tmp_path)
     assert details["ctx"] == {"model": "m1", "idle": False, "queued": False}
     assert details["hasUI"] is False

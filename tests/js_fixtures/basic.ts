@@ -21,6 +21,11 @@ const factory: CustomToolFactory = (pi: any) => [
           params,
           ctx: { model: ctx.model, idle: ctx.isIdle(), queued: ctx.hasQueuedMessages() },
           init: process.env.XCSH_WORKER_INIT ?? null,
+          childInit: ["spawnSync", "spawn"].map((how) =>
+            how === "spawnSync"
+              ? Bun.spawnSync(["sh", "-c", "echo ${XCSH_WORKER_INIT:-unset}"]).stdout.toString().trim()
+              : Bun.spawnSync({ cmd: ["sh", "-c", "echo ${XCSH_WORKER_INIT:-unset} $EXTRA"], env: { EXTRA: "x" } }).stdout.toString().trim(),
+          ),
           sessionEvents,
           cwd: pi.cwd,
           hasUI: pi.hasUI,

@@ -56,6 +56,18 @@ try {
   say("usage: started by the xcsh-run host only (XCSH_WORKER_INIT is missing or malformed)");
   realExit(2);
 }
+// Bun.spawn without `env` passes the environment Bun started with (a snapshot that
+// neither `delete process.env.X` nor unsetenv(3) reaches), handoff included: give
+// it process.env instead, as node:child_process and Bun.$ already do. So a tool's
+// child sees the environment the tool sees, with any change the tool made to it.
+for (const name of ["spawn", "spawnSync"] as const) {
+  const original = (Bun as any)[name];
+  (Bun as any)[name] = function (this: unknown, first: any, second?: any) {
+    if (Array.isArray(first)) return original.call(this, first, { env: process.env, ...(second ?? {}) });
+    if (first !== null && typeof first === "object") return original.call(this, { env: process.env, ...first }, second);
+    return original.call(this, first, second);
+  };
+}
 const FD_OUT = init.fd_out;
 const KILL_FD = Number.isInteger(init.kill_fd) ? (init.kill_fd as number) : -1;
 const LEADER = leadsGroup();
