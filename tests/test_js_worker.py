@@ -76,19 +76,19 @@ def test_load_accepts_every_factory_form(worker: JsWorker, module: str, names: l
 def test_load_describes_tools_and_lists_bad_entries(worker: JsWorker) -> None:
     loaded = worker.load(FIXTURES / "basic.ts")
     names = [t["name"] for t in loaded["tools"]]
-    assert names[:3] == ["echo", "upd", "bug"] and len(names) == 12
+    assert names[:3] == ["echo", "upd", "bug"] and len(names) == 13
     echo = loaded["tools"][0]
     assert echo["label"] == "Echo"
     assert echo["has_on_session"] and echo["has_render_call"] and echo["has_render_result"]
     assert "hidden" not in echo  # defaults are omitted, as on the wire
     assert loaded["tools"][1]["label"] == "upd"
     errors = {e["index"]: e["message"] for e in loaded["entry_errors"]}
-    assert sorted(errors) == [12, 13, 14, 15, 16]
-    assert "got null" in errors[12]
-    assert "execute must be a function" in errors[13]
-    assert "already defined by an earlier entry" in errors[14]
-    assert "name must be a non-empty string" in errors[15]
-    assert "must describe an object" in errors[16]
+    assert sorted(errors) == [13, 14, 15, 16, 17]
+    assert "got null" in errors[13]
+    assert "execute must be a function" in errors[14]
+    assert "already defined by an earlier entry" in errors[15]
+    assert "name must be a non-empty string" in errors[16]
+    assert "must describe an object" in errors[17]
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ Driven on real pipes by tests/_js_harness.py, with the tool modules of tests/js_
 
 from __future__ import annotations
 
+import json
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -183,3 +184,14 @@ def test_a_session_event_during_a_call_is_answered_after_it(basic: JsWorker) -> 
     first = basic.next_message()
     assert isinstance(first, ErrorResponse) and first.id == req
     assert basic.result(session)["warnings"] == ["bug.on_session('tree') raised Error: hook broke"]
+
+
+def test_the_signal_is_aborted_with_an_abort_error_carrying_the_reason(basic: JsWorker, tmp_path: Path) -> None:
+    marker = tmp_path / "seen.json"
+    req = basic.call("reason", {"marker": str(marker)}, call_id="r1")
+    wait_update(basic)
+    basic.notify("$/cancel", {"call_id": "r1", "reason": "user pressed stop"})
+    assert basic.error(req)["message"] == "cancelled: user pressed stop"
+    # The listener ran synchronously inside abort(), before the answer was written.
+    seen = json.loads(marker.read_text())
+    assert seen == {"aborted": True, "name": "AbortError", "message": "user pressed stop", "error": True}

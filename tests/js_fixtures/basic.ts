@@ -136,6 +136,20 @@ const factory: CustomToolFactory = (pi: any) => [
     },
   },
   {
+    name: "reason",
+    description: "Reports how its signal was aborted",
+    parameters: object,
+    execute(_id: string, params: any, onUpdate: any, _ctx: any, signal: AbortSignal) {
+      signal.addEventListener("abort", () => {
+        const r = signal.reason as DOMException;
+        const seen = { aborted: signal.aborted, name: r?.name, message: r?.message, error: r instanceof Error };
+        require("node:fs").writeFileSync(params.marker, JSON.stringify(seen));
+      });
+      onUpdate({ content: [{ type: "text", text: "waiting" }] });
+      return new Promise(() => {});
+    },
+  },
+  {
     name: "big",
     description: "Returns as much text as asked",
     parameters: object,

@@ -59,8 +59,9 @@ export class Call {
     if (this.controller.signal.aborted) return;
     this.reason = reason;
     this.finish({ error: errorObject(Code.CANCELLED, `cancelled: ${reason}`) });
-    // The reason itself, as the Python worker's signal has it ("timeout", "cancelled", ...).
-    this.controller.abort(reason);
+    // A DOMException named AbortError, as fetch and Bun.spawn use (so `err.name === "AbortError"`
+    // checks work): `signal.reason.message` is the reason ("timeout", "cancelled", ...).
+    this.controller.abort(new DOMException(reason, "AbortError"));
   }
 }
 
