@@ -148,10 +148,41 @@ def test_eof_during_a_busy_loop_kills_the_whole_group(basic: JsWorker) -> None:
     assert basic.wait() == -signal.SIGKILL  # the reader thread took the lifeline
 
 
-def test_garbage_from_the_host_takes_the_lifeline(basic: JsWorker) -> None:
-    basic.write(b"\x00\x00\x00\x05hello")
+def _frame(body: bytes) -> bytes:
+    return len(body).to_bytes(4, "big") + body
+
+
+@pytest.mark.parametrize(
+    ("data", "why"),
+    [
+        (_frame(b"hello"), "frame is not a JSON-RPC message"),
+        (b"\xff\xff\xff\xff", "frame announces 4294967295 bytes, over the 67108864-byte limit"),
+        (_frame(b""), "frame is not a JSON-RPC message"),
+        (_frame(b'{"jsonrpc":"2.0","method":"x","extra":1}'), "unknown field `extra`"),
+        (_frame(b'{"jsonrpc":"2.0","id":null,"method":"call"}'), "request id must be an integer or a string"),
+        (_frame(b'{"jsonrpc":"1.0","method":"x"}'), 'lacks "jsonrpc": "2.0"'),
+        (_frame(b'{"jsonrpc":"2.0","params":{}}'), '"params" without "method"'),
+        (_frame(b'{"jsonrpc":"2.0","id":1,"result":1,"error":{"code":1,"message":"m"}}'), "both"),
+        (_frame(b'"\xc3\x28"'), "not valid UTF-8"),
+        (_frame(b"[]"), "Expected `object`, got `array`"),
+    ],
+    ids=[
+        "not-json",
+        "oversize",
+        "empty",
+        "extra-member",
+        "null-id",
+        "version",
+        "params-alone",
+        "both",
+        "utf8",
+        "array",
+    ],
+)
+def test_garbage_from_the_host_takes_the_lifeline(basic: JsWorker, data: bytes, why: str) -> None:
+    basic.write(data)
     assert basic.wait() == -signal.SIGKILL
-    assert "malformed message" in basic.stderr()
+    assert "the host sent a malformed message: " in basic.stderr() and why in basic.stderr()
 
 
 def test_an_answer_to_a_request_never_sent_takes_the_lifeline(basic: JsWorker) -> None:
