@@ -45,8 +45,18 @@ def skip_without_bun() -> None:
 class JsWorker:
     """One Bun worker on pipes of our own; the host side, with frames in and out."""
 
-    def __init__(self, tmp: Path, *, max_frame_bytes: int | None = None, buffered: bytes = b"", has_ui: bool = False):
+    def __init__(
+        self,
+        tmp: Path,
+        *,
+        max_frame_bytes: int | None = None,
+        buffered: bytes = b"",
+        has_ui: bool = False,
+        kill_file: Path | None = None,
+    ):
+        """``kill_file`` stands in for the boundary's cgroup.kill: the lifeline writes "1" to it."""
         r_in, self.w_in = os.pipe()
+        kill_fd = os.open(kill_file, os.O_WRONLY | os.O_CREAT, 0o600) if kill_file is not None else -1
         self.r_out, w_out = os.pipe()
         params: dict[str, Any] = {"protocol_version": 1, "host_pid": os.getpid(), "cwd": str(tmp)}
         if max_frame_bytes is not None:
@@ -60,7 +70,7 @@ class JsWorker:
             "supervisor": 0,
             "fd_in": r_in,
             "fd_out": w_out,
-            "kill_fd": -1,
+            "kill_fd": kill_fd,
             "buffered": base64.b64encode(buffered).decode(),
             "typebox": TYPEBOX if os.path.isdir(TYPEBOX) else "",
         }
@@ -75,7 +85,7 @@ class JsWorker:
             self.proc = subprocess.Popen(
                 # --config=PATH: Bun 1.4.5 takes "-c PATH" (with a space) for the script to run.
                 [BUN, "--no-install", "--no-env-file", f"--config={JS / 'bunfig.toml'}", str(JS / "main.ts")],
-                pass_fds=(r_in, w_out),
+                pass_fds=(r_in, w_out) if kill_fd < 0 else (r_in, w_out, kill_fd),
                 start_new_session=True,
                 env=env,
                 cwd=tmp,
@@ -85,6 +95,8 @@ class JsWorker:
             )
         os.close(r_in)
         os.close(w_out)
+        if kill_fd >= 0:
+            os.close(kill_fd)
         self.decoder = FrameDecoder()
         self.next_id = 100
         self.inbox: list[Message] = []

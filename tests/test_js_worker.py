@@ -141,11 +141,18 @@ def test_shutdown_answers_null_and_exits_0(basic: JsWorker) -> None:
     assert basic.wait() == 0
 
 
-def test_eof_during_a_busy_loop_kills_the_whole_group(basic: JsWorker) -> None:
-    basic.call("busy")
-    wait_update(basic)  # the main thread is in the loop now
-    os.close(basic.w_in)
-    assert basic.wait() == -signal.SIGKILL  # the reader thread took the lifeline
+def test_eof_during_a_busy_loop_kills_the_whole_group(tmp_path: Path) -> None:
+    kill_file = tmp_path / "cgroup.kill"
+    w = JsWorker(tmp_path, kill_file=kill_file)
+    try:
+        w.load(FIXTURES / "basic.ts")
+        w.call("busy")
+        wait_update(w)  # the main thread is in the loop now, and sees nothing
+        os.close(w.w_in)
+        assert w.wait() == -signal.SIGKILL  # the reader thread took the lifeline
+        assert kill_file.read_text() == "1"  # the boundary's cgroup.kill first
+    finally:
+        w.close()
 
 
 def _frame(body: bytes) -> bytes:
