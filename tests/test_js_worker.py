@@ -82,13 +82,15 @@ def test_load_describes_tools_and_lists_bad_entries(worker: JsWorker) -> None:
     assert echo["has_on_session"] and echo["has_render_call"] and echo["has_render_result"]
     assert "hidden" not in echo  # defaults are omitted, as on the wire
     assert loaded["tools"][1]["label"] == "upd"
+    assert loaded["tools"][1]["requires"] == {"programs": ["git"], "read": ["/srv/data"], "network": ["tcp:443"]}
     errors = {e["index"]: e["message"] for e in loaded["entry_errors"]}
-    assert sorted(errors) == [13, 14, 15, 16, 17]
+    assert sorted(errors) == [13, 14, 15, 16, 17, 18]
     assert "got null" in errors[13]
     assert "execute must be a function" in errors[14]
     assert "already defined by an earlier entry" in errors[15]
     assert "name must be a non-empty string" in errors[16]
     assert "must describe an object" in errors[17]
+    assert "'tcp:PORT' with a port from 1 to 65535" in errors[18]
 
 
 @pytest.mark.parametrize(

@@ -46,6 +46,7 @@ const factory: CustomToolFactory = (pi: any) => [
     name: "upd",
     description: "Sends two updates, then its result",
     parameters: object,
+    requires: { programs: ["git"], paths: { read: ["/srv/data"] }, network: ["tcp:443"] },
     execute(_id: string, _params: any, onUpdate: any) {
       onUpdate({ content: [{ type: "text", text: "one" }], details: { n: 1 } });
       onUpdate({ content: [{ type: "text", text: "two" }] });
@@ -179,6 +180,7 @@ const factory: CustomToolFactory = (pi: any) => [
   { name: "echo", description: "a second echo", parameters: object, execute() {} },
   { name: "bad name!", description: "x", parameters: object, execute() {} },
   { name: "arr", description: "x", parameters: { type: "array" }, execute() {} },
+  { name: "port", description: "x", parameters: object, requires: { network: ["tcp:99999"] }, execute() {} },
 ];
 
 export default factory;

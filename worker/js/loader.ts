@@ -168,7 +168,46 @@ export function describeTool(entry: unknown): LoadedTool {
       throw exc;
     }
   }
+  if (tool.requires != null) {
+    const needs = requires(tool.requires, name);
+    if (Object.keys(needs).length) description.requires = needs;
+  }
   return { tool, description, expected };
+}
+
+const NEEDS = ["programs", "read", "write", "network"];
+
+/** What the tool needs under `strict` (shown to the user, never granted by itself), as worker/_requires.py checks it. */
+function requires(value: unknown, tool: string): Record<string, string[]> {
+  const keys = "keys: programs, read, write, network, or paths.read and paths.write";
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new EntryError(`tool '${tool}': requires must be an object like {programs: ["git"]}, got ${describe(value)}`);
+  }
+  const data: Record<string, unknown> = { ...(value as Record<string, unknown>) };
+  const paths = data.paths;
+  delete data.paths;
+  if (paths != null) {
+    if (typeof paths !== "object" || Array.isArray(paths)) throw new EntryError(`tool '${tool}': requires paths must be an object with read and write arrays`);
+    for (const [key, entries] of Object.entries(paths)) {
+      data[key] = Array.isArray(entries) ? [...((data[key] as unknown[]) ?? []), ...entries] : entries;
+    }
+  }
+  const out: Record<string, string[]> = {};
+  for (const [key, entries] of Object.entries(data)) {
+    if (!NEEDS.includes(key)) throw new EntryError(`tool '${tool}': requires has an unknown key ${short(key)} (${keys})`);
+    if (entries == null) continue;
+    if (!Array.isArray(entries) || entries.some((e) => typeof e !== "string" || !e)) {
+      throw new EntryError(`tool '${tool}': requires ${key} must be an array of non-empty strings, got ${short(entries)}`);
+    }
+    for (const entry of key === "network" ? entries : []) {
+      const port = /^tcp:(\d{1,5})$/.exec(entry);
+      if (!port || !(Number(port[1]) > 0 && Number(port[1]) < 65536)) {
+        throw new EntryError(`tool '${tool}': requires network: ${short(entry)} is not 'tcp:PORT' with a port from 1 to 65535`);
+      }
+    }
+    if (entries.length) out[key] = [...entries];
+  }
+  return out;
 }
 
 /**
