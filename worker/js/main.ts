@@ -1,19 +1,22 @@
 /**
- * The JavaScript worker (docs/protocol.md), run by Bun after the Python launch step
- * (worker/__main__.py with --bun) has read and answered nothing but checked the
- * host's `initialize`, entered the boundary and applied the sandbox, then exec'd
- * Bun with the handoff in XCSH_WORKER_INIT (see the contract in docs/typescript.md).
+ * The JavaScript worker (docs/protocol.md), run by Bun once the Python launch step
+ * (worker/_handoff.py) has checked the host's `initialize`, entered the boundary
+ * and applied the sandbox, and exec'd Bun in its place with the handoff in
+ * XCSH_WORKER_INIT. This side answers `initialize` and serves everything after it.
  *
  * Threads: the main thread runs tool code and everything else; the reader thread
  * (reader.ts) reads fd_in at all times and takes the lifeline on its own, since a
  * tool may busy-loop here. Requests are served one at a time, in arrival order;
  * `$/cancel`, `ui/changed` and answers to the worker's own requests are handled
- * as soon as the main thread's event loop gets them.
+ * as soon as the main thread's event loop gets them. A tool that never yields
+ * (`for (;;) {}`) therefore sees neither `$/cancel` nor SIGTERM: the host kills
+ * the boundary at the end of its grace period, as for any tool that ignores both.
  *
  * Tool code never ends the worker: while the worker runs, `process.exit` (and
  * `process.reallyExit`) throw a ProcessExit error into the code that called them,
- * which ends that call as a `tool_error` (or the load as a `load_error`).
- */
+ * which ends that call as a `tool_error` (or the load as a `load_error`). An
+ * unhandled rejection or uncaught exception fails the running call (or load);
+ * outside one it is a line on stderr, and the worker serves on. */
 import * as fs from "node:fs";
 import { type WorkerApi, makeApi } from "./api.ts";
 import { Call, type CallDeps, FrameOverLimit, type Outcome, failure, startCall } from "./calls.ts";
