@@ -35,8 +35,9 @@ const factory: CustomToolFactory = (pi: any) => [
     onSession(event: any) {
       sessionEvents.push(event.reason);
     },
-    renderCall(args: any) {
-      return `echo(${args.text})`;
+    renderCall(args: any, theme: any) {
+      // With the real api.ts, a theme's styling methods work and return the text as it is.
+      return typeof theme?.bold === "function" ? theme.bold(`echo(${args.text})`) : `echo(${args.text})`;
     },
     renderResult(result: any, options: any) {
       return result.isError ? 7 : `${result.content[0].text} expanded=${options.expanded}`;

@@ -24,7 +24,20 @@ export async function handleSession(params: Record<string, any>, tools: Map<stri
   return { result: { warnings } };
 }
 
-export async function handleRender(params: Record<string, any>, tools: Map<string, LoadedTool>): Promise<Outcome> {
+/**
+ * The theme a render hook gets. The original passes a Theme object with styling
+ * methods (`theme.fg(color, text)`, `theme.bold(text)`), which JSON cannot carry:
+ * the host's theme data (if any) over the API's plain-text theme (`api.ui.theme`),
+ * so such calls work and return the text unstyled.
+ */
+function themeFor(given: unknown, plain: unknown): unknown {
+  if (plain == null || (typeof plain !== "object" && typeof plain !== "function")) return given;
+  if (given == null) return plain;
+  if (typeof given === "object" && !Array.isArray(given)) return Object.assign(Object.create(plain as object), given);
+  return given;
+}
+
+export async function handleRender(params: Record<string, any>, tools: Map<string, LoadedTool>, plainTheme?: unknown): Promise<Outcome> {
   const loaded = tools.get(params.tool);
   const hookName = params.kind === "call" ? "renderCall" : "renderResult";
   const hook = loaded?.tool[hookName];
@@ -32,16 +45,17 @@ export async function handleRender(params: Record<string, any>, tools: Map<strin
     return { error: errorObject(Code.NOT_FOUND, `'${params.tool}' has no ${hookName} hook`) };
   }
   const args = params.args ?? {};
+  const theme = themeFor(params.theme, plainTheme);
   let text: unknown;
   try {
     if (params.kind === "call") {
-      text = await hook.call(loaded!.tool, args, params.theme);
+      text = await hook.call(loaded!.tool, args, theme);
     } else {
       // The original's shapes ({content, details, isError}; {expanded, isPartial, spinnerFrame}), with the wire's names too.
       const result = { ...(params.result ?? {}), isError: params.result?.is_error ?? false };
       const o = params.options ?? {};
       const options = { ...o, expanded: o.expanded ?? false, isPartial: o.is_partial ?? false, spinnerFrame: o.spinner_frame ?? undefined };
-      text = await hook.call(loaded!.tool, result, options, params.theme, args);
+      text = await hook.call(loaded!.tool, result, options, theme, args);
     }
   } catch (exc) {
     return { error: errorObject(Code.TOOL_ERROR, `${hookName} raised ${errorType(exc)}: ${errorMessage(exc)}`) };

@@ -262,13 +262,21 @@ async function serve(method: string, params: Record<string, any>): Promise<Outco
     case "session":
       return handleSession(params, tools, deps);
     case "render":
-      return handleRender(params, tools);
+      return handleRender(params, tools, uiTheme());
     case "pending/resolve":
       return handleResolve(params, api?.pending ?? NO_PENDING);
     case "shutdown":
       return { result: null };
   }
   return { error: { code: Code.METHOD_NOT_FOUND, message: `unknown method ${quoted(method)}` } };
+}
+
+function uiTheme(): unknown {
+  try {
+    return (api?.api.ui as { theme?: unknown } | undefined)?.theme;
+  } catch {
+    return undefined;
+  }
 }
 
 async function load(params: Record<string, any>): Promise<Outcome> {
