@@ -86,6 +86,8 @@ def test_a_result_over_the_frame_limit_is_limit_exceeded(tmp_path: Path) -> None
         error = w.error(w.call("big", {"size": 100_000}))
         assert error["code"] == -32005 and error["data"] == {"kind": "limit_exceeded", "limit": "output"}
         assert w.result(w.call("big", {"size": 10}, call_id="c2"))["content"][0]["text"] == "x" * 10
+        text = w.result(w.call("big", {"size": 100_000, "update": True}, call_id="c4"))["content"][0]["text"]
+        assert text.startswith("RangeError: onUpdate()'s partial result is 100") and "over the 65536 bytes" in text
         error = w.error(w.call("big", {"size": 100_000, "throw": True}, call_id="c3"))
         assert error["code"] == -32000 and error["message"].endswith("(cut to fit the frame limit)")
     finally:

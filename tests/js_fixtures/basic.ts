@@ -155,8 +155,15 @@ const factory: CustomToolFactory = (pi: any) => [
     name: "big",
     description: "Returns as much text as asked",
     parameters: object,
-    execute(_id: string, params: any) {
+    execute(_id: string, params: any, onUpdate: any) {
       if (params.throw) throw new Error("e".repeat(params.size));
+      if (params.update) {
+        try {
+          onUpdate("u".repeat(params.size));
+        } catch (exc) {
+          return `${(exc as Error).name}: ${(exc as Error).message}`;
+        }
+      }
       return "x".repeat(params.size);
     },
   },

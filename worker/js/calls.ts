@@ -140,7 +140,11 @@ export class FrameOverLimit extends Error {
     readonly size: number,
     readonly limit: number,
   ) {
-    super(`is ${(size / 2 ** 20).toFixed(1)} MiB, over the ${(limit / 2 ** 20).toFixed(1)} MiB frame limit`);
+    super(`is ${amount(size)}, over the ${amount(limit)} frame limit`);
     this.name = "FrameOverLimit";
   }
+}
+
+function amount(bytes: number): string {
+  return bytes >= 2 ** 20 ? `${(bytes / 2 ** 20).toFixed(1)} MiB` : `${bytes} bytes`;
 }
