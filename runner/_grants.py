@@ -71,8 +71,15 @@ class Grants(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         )
 
 
+class Runtime(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``[runtime]``: read by ``runner._bun`` from the user's file (``bun = "/path/to/bun"``); no grant."""
+
+    bun: str = ""
+
+
 class ConfigFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     trusted_projects: tuple[str, ...] = ()
+    runtime: Runtime = Runtime()
     sandbox: Grants = Grants()
     tools: dict[str, Grants] = {}
 
