@@ -154,7 +154,8 @@ def missing() -> str:
     """Why there is no Bun, and how to get one (for a JS module's load error and ``doctor``)."""
     bad = [f"{how} names {path}, which is not an executable file" for path, how in _candidates()
            if not _executable(path) and how in (BUN_ENV, _CONFIGURED)]  # fmt: skip
-    return "no Bun to run JavaScript/TypeScript tools with" + (f" ({'; '.join(bad)})" if bad else "") + f"; {HOW_TO_GET}"
+    why = f" ({'; '.join(bad)})" if bad else ""
+    return f"no Bun to run JavaScript/TypeScript tools with{why}; {HOW_TO_GET}"
 
 
 def version(bun: str, timeout: float = 10.0) -> str:
