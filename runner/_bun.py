@@ -44,6 +44,31 @@ HOW_TO_GET: Final = (
 )
 
 
+JS_SUFFIXES: Final = (".ts", ".js", ".mjs")
+JS_FOLDER_MARKERS: Final = ("package.json", "index.ts")
+
+
+def is_js_module(path: str) -> bool:
+    """Is this module (file or folder) JavaScript/TypeScript, run by Bun? (A Python package folder is not.)"""
+    if path.endswith(JS_SUFFIXES):
+        return not os.path.isdir(path) or is_js_folder(Path(path))
+    return os.path.isdir(path) and is_js_folder(Path(path))
+
+
+def is_js_folder(folder: Path) -> bool:
+    if (folder / "__init__.py").is_file():
+        return False
+    return any((folder / marker).is_file() for marker in JS_FOLDER_MARKERS)
+
+
+def module_stem(base: str) -> str:
+    """A module's name from its file or folder name: without ``.py``, ``.ts``, ``.js`` or ``.mjs``."""
+    for suffix in (".py", *JS_SUFFIXES):
+        if base.endswith(suffix) and len(base) > len(suffix):
+            return base[: -len(suffix)]
+    return base
+
+
 class BunError(Exception):
     """Bun could not be installed; the message says why and what to do."""
 
