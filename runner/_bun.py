@@ -22,10 +22,12 @@ workers that speak the same handoff).
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import shutil
 import subprocess
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
@@ -67,6 +69,18 @@ def module_stem(base: str) -> str:
         if base.endswith(suffix) and len(base) > len(suffix):
             return base[: -len(suffix)]
     return base
+
+
+# How Bun starts is the worker's to decide, at every level, as ``python -I`` ignores
+# PYTHONPATH and its kin for Python workers: these would preload code (before the
+# worker takes XCSH_WORKER_INIT out of the environment), add module paths or change
+# the engine under every JS tool. A tool's own subprocesses do not get them either.
+_STARTUP_ENV: Final = ("BUN_OPTIONS", "NODE_OPTIONS", "NODE_PATH", "BUN_JSC_*")
+
+
+def js_env(env: Mapping[str, str]) -> dict[str, str]:
+    """A JS worker's environment: ``env`` without the variables that change how Bun starts."""
+    return {k: v for k, v in env.items() if not any(fnmatch.fnmatchcase(k, pat) for pat in _STARTUP_ENV)}
 
 
 class BunError(Exception):

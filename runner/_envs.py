@@ -69,7 +69,9 @@ import trio
 
 from worker import _protocol as p
 
+from . import _bun
 from . import _script_meta as script_meta
+from ._bun import JsRuntime
 from ._cache import default_dir
 from ._discovery import Candidate
 from ._script_meta import ScriptMeta, ScriptMetaError
@@ -466,3 +468,13 @@ async def for_module(candidate: Candidate, cache_dir: str | None) -> ToolEnv | N
         return None
     root = Path(cache_dir) if cache_dir is not None else default_dir()
     return await ensure(meta, root, label=candidate.name)
+
+
+async def runtime_for(candidate: Candidate, cache_dir: str | None) -> ToolEnv | JsRuntime | None:
+    """What the module's worker runs on: Bun for a JavaScript module, else :func:`for_module`."""
+    if candidate.kind != "js":
+        return await for_module(candidate, cache_dir)
+    runtime = _bun.locate()
+    if runtime is None:  # not cached (not deterministic): installing Bun clears it
+        raise EnvError(f"{candidate.resolved}: {_bun.missing()}")
+    return runtime

@@ -338,7 +338,7 @@ class ToolRegistry:
 
         try:
             # Before the load's timeout: a first build of the module's own environment takes a while.
-            tool_env = await envs.for_module(candidate, self._config.cache_dir)
+            tool_env = await envs.runtime_for(candidate, self._config.cache_dir)
             with trio.move_on_after(timeout):
                 slot, result = await self._pool.start_loaded(module, policy, load, tool_env)
                 slot.loaded = result
@@ -469,6 +469,8 @@ def _differences(planned: ToolInfo, real: ToolInfo) -> list[str]:
 
 
 def _load_params(candidate: Candidate) -> p.LoadParams:
+    if candidate.kind == "js":  # the JS loader imports the file or folder; the rest is Python's
+        return p.LoadParams(path=candidate.resolved)
     return p.LoadParams(
         path=candidate.resolved, module=candidate.module, sys_path=candidate.sys_path, factory=candidate.factory
     )
