@@ -49,7 +49,8 @@ class JsLaunch(msgspec.Struct, frozen=True):
         return os.path.join(os.path.dirname(os.path.abspath(__file__)), "js", "bunfig.toml")
 
     def argv(self) -> list[str]:
-        return [self.bun, "--no-install", "--no-env-file", "-c", self.bunfig, self.main]
+        # "--config=PATH" in one word: Bun takes "-c PATH" as "-c" and a script named PATH.
+        return [self.bun, "--no-install", "--no-env-file", f"--config={self.bunfig}", self.main]
 
 
 def parse(argv: list[str]) -> JsLaunch | None:
