@@ -409,8 +409,12 @@ def worker_config(
 
 # What only a JavaScript worker gets at ``strict`` (docs/typescript.md lists them): running
 # Bun, which the worker execs after its sandbox, needs the file and its ELF loader to be
-# executable, and Bun reads its own folder, the JS worker's sources and TypeBox's package.
-JS_READ_PATHS: Final[tuple[str, ...]] = ()
+# executable; Bun reads its own folder, the JS worker's sources and TypeBox's package; and
+# Bun aborts at start without its own /proc/<pid> (measured: /dev/urandom and
+# /sys/fs/cgroup are not needed). "/proc/self" is opened by the worker itself when it
+# applies Landlock, so the rule is on the worker's own /proc/<pid> (the pid Bun keeps),
+# never on /proc as a whole nor on any other process's; it is not resolved here.
+JS_READ_PATHS: Final[tuple[str, ...]] = ("/proc/self",)
 
 
 def for_javascript(config: p.SandboxConfig, bun: str, read: Sequence[str]) -> p.SandboxConfig:
@@ -421,11 +425,11 @@ def for_javascript(config: p.SandboxConfig, bun: str, read: Sequence[str]) -> p.
     """
     if config.level != "strict":
         return config
-    added = [os.path.realpath(r) for r in (*read, *JS_READ_PATHS) if r and os.path.exists(r)]
+    added = [os.path.realpath(r) for r in read if r and os.path.exists(r)]
     drop = config.drop_uid is not None and all(_world_runnable(path) for path in (bun, *added))
     return msgspec.structs.replace(
         config,
-        read_paths=list(dict.fromkeys((*config.read_paths, *added))),
+        read_paths=list(dict.fromkeys((*config.read_paths, *added, *JS_READ_PATHS))),
         exec_paths=list(dict.fromkeys((*config.exec_paths, *executables([os.path.realpath(bun)])))),
         drop_uid=config.drop_uid if drop else None,
         drop_gid=config.drop_gid if drop else None,
