@@ -2,6 +2,7 @@
 // (tests/test_js_host.py): it speaks just enough of docs/protocol.md. It reads
 // XCSH_WORKER_INIT, answers initialize, loads one fixed tool whatever the
 // module, and answers a call with what it was given plus what the process sees.
+import { spawnSync } from "node:child_process";
 import * as fs from "node:fs";
 
 const init = JSON.parse(process.env.XCSH_WORKER_INIT ?? "null");
@@ -56,6 +57,7 @@ send({
 });
 
 let loaded = "";
+let loadKeys: string[] = [];
 for (;;) {
   const msg = next();
   if (msg === null) {
@@ -69,6 +71,7 @@ for (;;) {
   if (msg.id === undefined) continue; // a notification
   if (msg.method === "load") {
     loaded = msg.params.path;
+    loadKeys = Object.keys(msg.params).sort();
     send({
       id: msg.id,
       result: {
@@ -84,10 +87,22 @@ for (;;) {
       },
     });
   } else if (msg.method === "call") {
+    let child: string | null = null;
+    let bunChild: string | null = null;
+    if (msg.params.arguments.spawn) {
+      // What a tool's subprocess inherits: fds (by a shell's own listing) and environment.
+      const script = "ls /proc/$$/fd; echo ---; env";
+      child = spawnSync("/bin/sh", ["-c", script]).stdout.toString();
+      // Bun.spawn without `env` passes the environment Bun started with, not process.env.
+      bunChild = Bun.spawnSync(["/bin/sh", "-c", script]).stdout.toString();
+    }
     const seen = {
       arguments: msg.params.arguments,
       module: loaded,
-      load_keys: [],
+      load_params: loadKeys,
+      init,
+      child,
+      bun_child: bunChild,
       pid: process.pid,
       init_visible: process.env.XCSH_WORKER_INIT !== undefined,
       env_keys: Object.keys(process.env).sort(),
