@@ -80,7 +80,7 @@ async def test_a_js_module_runs_on_bun_after_the_python_handshake(stub_main: str
         assert init["params"]["protocol_version"] == 1
         assert init["buffered"] == ""
         assert isinstance(init["fd_in"], int) and isinstance(init["fd_out"], int)
-        assert (init["kill_fd"] >= 0) == (worker.boundary.kill_path is not None)
+        assert (init["kill_fd"] >= 0) == (init["params"].get("cgroup_kill_path") is not None)
         assert init["typebox"] == (bun_mod.locate() or pytest.fail("no bun")).typebox
         # Started as the contract says, with the worker's own empty bunfig.
         assert seen["argv"][1:] == [str(STUB)]
