@@ -20,9 +20,11 @@ def install_bun_command(
 ) -> None:
     """Install Bun and TypeBox (pinned versions) with npm, where xcsh-run looks for them.
 
+    Bun runs the .ts, .js and .mjs tools. A Bun named by XCSH_RUN_BUN, then by
+    [runtime] bun in ~/.xcsh/config.toml, comes first; this install comes
+    before bun on PATH.
+
     \b
-    A Bun found elsewhere is used first: XCSH_RUN_BUN, [runtime] bun in
-    ~/.xcsh/config.toml; this install comes before bun on PATH.
     Exit codes:
       0  installed (the path is printed)
       1  npm is missing, or the install failed (the reason is printed)

@@ -25,7 +25,7 @@ from runner import SandboxPolicy
 from runner import _bun as bun_mod
 from worker import _handoff
 
-from .conftest import ROOT, make_runner, needs_strict
+from .conftest import ROOT, XCSH_RUN, make_runner, needs_strict
 
 STUB = ROOT / "tests" / "js_stub" / "main.ts"
 pytestmark = pytest.mark.timeout(60)
@@ -273,3 +273,62 @@ async def test_xcsh_worker_init_does_not_reach_a_bun_spawn_child(stub_main: str,
         result = await runner.call_tool("stub_echo", {"spawn": True})
     assert result.kind is None, result.text
     assert "XCSH_WORKER_INIT=" not in result.details["bun_child"]
+
+
+# --- finding and installing Bun -----------------------------------------------------------------
+
+
+def test_install_bun_without_npm_says_what_to_do(tmp_path: Path) -> None:
+    env = {**os.environ, "PATH": str(tmp_path / "empty")}
+    proc = subprocess.run(
+        [XCSH_RUN, "install-bun", "--prefix", str(tmp_path / "bun")], env=env, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert "npm is not on PATH" in proc.stderr
+    assert "install Node.js/npm" in proc.stderr and "XCSH_RUN_BUN" in proc.stderr
+    assert not (tmp_path / "bun" / "node_modules").exists()
+
+
+def test_bun_is_found_in_the_order_documented(bun: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = Path(os.environ["HOME"])
+    configured = tmp_path / "configured" / "bun"
+    configured.parent.mkdir()
+    configured.symlink_to(bun)
+    installed = bun_mod.bun_in(bun_mod.default_prefix())
+    installed.parent.mkdir(parents=True)
+    installed.symlink_to(bun)
+    on_path = tmp_path / "path" / "bun"
+    on_path.parent.mkdir()
+    on_path.symlink_to(bun)
+    monkeypatch.setenv("PATH", str(on_path.parent))
+    monkeypatch.setenv(bun_mod.BUN_ENV, bun)
+    (home / ".xcsh").mkdir()
+    (home / ".xcsh" / "config.toml").write_text(f'[runtime]\nbun = "{configured}"\n')
+    found = bun_mod.locate()
+    assert found is not None and found.found_by == bun_mod.BUN_ENV
+    assert found.bun == os.path.realpath(bun)
+    # TypeBox: beside the real Bun (an npm install puts both in one node_modules).
+    assert found.typebox == str(Path(os.path.realpath(bun)).parents[2] / "@sinclair" / "typebox")
+    monkeypatch.delenv(bun_mod.BUN_ENV)
+    assert (bun_mod.locate() or pytest.fail("none")).found_by == "[runtime] bun in ~/.xcsh/config.toml"
+    (home / ".xcsh" / "config.toml").write_text("[runtime]\n")
+    bun_mod._cache.clear()  # remembered per process: files are not read again
+    assert (bun_mod.locate() or pytest.fail("none")).found_by == "the xcsh-run install dir"
+    installed.unlink()
+    bun_mod._cache.clear()
+    assert (bun_mod.locate() or pytest.fail("none")).found_by == "PATH"
+    on_path.unlink()
+    bun_mod._cache.clear()
+    assert bun_mod.locate() is None
+
+
+def test_the_runtime_table_is_not_a_grant_and_does_not_break_the_config_file(tmp_path: Path) -> None:
+    from runner._grants import load
+
+    home = tmp_path / "h"
+    (home / ".xcsh").mkdir(parents=True)
+    (home / ".xcsh" / "config.toml").write_text('[runtime]\nbun = "/opt/bun"\n\n[sandbox]\nallow_read = ["/data"]\n')
+    loaded = load(str(tmp_path), str(home))
+    assert loaded.every.allow_read == ("/data",)
+    assert bun_mod.configured(str(home)) == "/opt/bun"
