@@ -9,6 +9,7 @@ import typer
 
 from ._bun import BUN_ENV, BUN_VERSION, TYPEBOX_VERSION, BunError, default_prefix, install
 from ._cli_app import app
+from ._cli_options import CwdOpt
 
 
 @app.command("install-bun")
@@ -17,6 +18,7 @@ def install_bun_command(
         Path | None,
         typer.Option("--prefix", help="Install into this folder (default: ~/.cache/xcsh-run/bun).", show_default=False),
     ] = None,
+    cwd: CwdOpt = None,
 ) -> None:
     """Install Bun and TypeBox (pinned versions) with npm, where xcsh-run looks for them.
 
