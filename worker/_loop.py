@@ -18,6 +18,9 @@ Lifecycle (each step is the only thing happening at that point):
 4. The main thread serves ``load`` once, then ``call`` requests one at a time,
    until ``shutdown``.
 
+A JavaScript worker (``--bun``/``--js-main``) runs step 2 up to the sandbox
+here, then ``exec``s Bun, which answers and serves (``_handoff``).
+
 Cancellation: the host sends ``$/cancel`` and then SIGTERM. The handler raises
 :class:`ToolCancelled` in a synchronous tool and cancels an async tool's task.
 A tool that ignores both is killed by the host after the grace period.
