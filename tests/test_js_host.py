@@ -78,6 +78,8 @@ async def test_a_js_module_runs_on_bun_after_the_python_handshake(stub_main: str
         assert (init["supervisor"] != 0) == (level != "none")
         assert init["params"]["sandbox"].get("level", "none") == level
         assert init["params"]["protocol_version"] == 1
+        # strict's uid drop, applied by Python, holds in Bun (and where it is not applied, the host's uid).
+        assert seen["uid"] == init["params"]["sandbox"].get("drop_uid", os.geteuid())
         assert init["buffered"] == ""
         assert isinstance(init["fd_in"], int) and isinstance(init["fd_out"], int)
         assert (init["kill_fd"] >= 0) == (init["params"].get("cgroup_kill_path") is not None)

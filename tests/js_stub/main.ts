@@ -104,6 +104,7 @@ for (;;) {
       child,
       bun_child: bunChild,
       pid: process.pid,
+      uid: process.getuid?.() ?? null,
       init_visible: process.env.XCSH_WORKER_INIT !== undefined,
       env_keys: Object.keys(process.env).sort(),
       home: process.env.HOME ?? null,
