@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import signal
 import struct
 import subprocess
 import sys
@@ -87,6 +88,7 @@ async def test_a_js_module_runs_on_bun_after_the_python_handshake(stub_main: str
         # Started as the contract says, with the worker's own empty bunfig.
         assert seen["argv"][1:] == [str(STUB)]
         assert seen["init_visible"] is False
+        assert int(seen["sig_ign"], 16) & (1 << (signal.SIGINT - 1))  # SIGINT ignored, across exec: the host's
         assert "XCSH_WORKER_INIT" not in seen["env_keys"]
         if level != "none":
             assert seen["home"] != os.environ["HOME"]  # the private HOME of contained and strict

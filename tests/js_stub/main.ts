@@ -105,6 +105,7 @@ for (;;) {
       bun_child: bunChild,
       pid: process.pid,
       uid: process.getuid?.() ?? null,
+      sig_ign: fs.readFileSync("/proc/self/status", "utf8").match(/^SigIgn:\s*([0-9a-f]+)/m)?.[1] ?? null,
       init_visible: process.env.XCSH_WORKER_INIT !== undefined,
       env_keys: Object.keys(process.env).sort(),
       home: process.env.HOME ?? null,
