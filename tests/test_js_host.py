@@ -336,3 +336,45 @@ def test_the_runtime_table_is_not_a_grant_and_does_not_break_the_config_file(tmp
     loaded = load(str(tmp_path), str(home))
     assert loaded.every.allow_read == ("/data",)
     assert bun_mod.configured(str(home)) == "/opt/bun"
+
+
+# --- what the handshake hands over -----------------------------------------------------------------
+
+
+def _frames(*sizes: int) -> list[bytes]:
+    out = []
+    for i, size in enumerate(sizes):
+        body = json.dumps({"jsonrpc": "2.0", "method": "x", "params": {"pad": "p" * size, "i": i}}).encode()
+        out.append(struct.pack(">I", len(body)) + body)
+    return out
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 4096, 1 << 20])
+@pytest.mark.parametrize("sizes", [(10, 10), (10, 3_000_000), (3_000_000, 50, 10), (10, 1_500_000, 10), (10,)])
+def test_the_decoder_gives_back_every_byte_past_the_first_message(chunk: int, sizes: tuple[int, ...]) -> None:
+    from worker._frames import NEED_DATA, FrameDecoder
+
+    frames = _frames(*sizes)
+    stream = b"".join(frames)
+    decoder = FrameDecoder(max_frame_bytes=1 << 24)
+    sent = 0
+    message: object = NEED_DATA
+    while message is NEED_DATA:
+        view = decoder.receive_buffer(chunk)  # straight into a large frame's own buffer, when it is one
+        n = min(len(view), len(stream) - sent)
+        view[:n] = stream[sent : sent + n]
+        del view
+        decoder.received(n)
+        sent += n
+        message = decoder.next_message()
+    # Two more reads, as a reader may have made before the handover (the first may move a
+    # large frame's start into a buffer of its own, the second overfill it).
+    for _ in range(2):
+        view = decoder.receive_buffer(chunk)
+        n = min(len(view), len(stream) - sent)
+        view[:n] = stream[sent : sent + n]
+        del view
+        if n:
+            decoder.received(n)
+        sent += n
+    assert decoder.unread() == stream[len(frames[0]) : sent]

@@ -165,11 +165,10 @@ class FrameDecoder:
 
         An incomplete frame's header is given back with what arrived of its body.
         """
-        rest = bytes(memoryview(self._buf)[self._pos :])
+        rest = bytes(memoryview(self._buf)[self._pos :])  # after the frame's bytes, if one is being received
         if self._frame is None:
             return rest
-        assert not rest  # every earlier byte of the stream was consumed (see __init__)
-        return len(self._frame).to_bytes(HEADER_BYTES, "big") + bytes(memoryview(self._frame)[: self._filled])
+        return len(self._frame).to_bytes(HEADER_BYTES, "big") + bytes(memoryview(self._frame)[: self._filled]) + rest
 
     @property
     def ended(self) -> bool:
