@@ -378,3 +378,15 @@ def test_the_decoder_gives_back_every_byte_past_the_first_message(chunk: int, si
             decoder.received(n)
         sent += n
     assert decoder.unread() == stream[len(frames[0]) : sent]
+
+
+def test_doctor_names_the_bun_or_how_to_get_one(bun: str, tmp_path: Path) -> None:
+    proc = subprocess.run([XCSH_RUN, "doctor", "--json"], capture_output=True, text=True, timeout=60)
+    report = json.loads(proc.stdout)["bun"]
+    assert report["path"] == os.path.realpath(bun) and report["problem"] is None
+    assert report["version"] == bun_mod.version(bun)
+    assert report["found_by"] == bun_mod.BUN_ENV  # conftest sets it when it finds Bun elsewhere
+    env = {**os.environ, bun_mod.BUN_ENV: str(tmp_path / "none"), "PATH": "/nonexistent"}
+    text = subprocess.run([XCSH_RUN, "doctor"], capture_output=True, text=True, timeout=60, env=env).stdout
+    [line] = [line for line in text.splitlines() if line.strip().startswith("Bun")]
+    assert "no Bun" in line and "xcsh-run install-bun" in line
