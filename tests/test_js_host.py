@@ -390,3 +390,31 @@ def test_doctor_names_the_bun_or_how_to_get_one(bun: str, tmp_path: Path) -> Non
     text = subprocess.run([XCSH_RUN, "doctor"], capture_output=True, text=True, timeout=60, env=env).stdout
     [line] = [line for line in text.splitlines() if line.strip().startswith("Bun")]
     assert "no Bun" in line and "xcsh-run install-bun" in line
+
+
+def test_strict_gains_what_bun_needs_in_js_workers_only(bun: str, tmp_path: Path) -> None:
+    from runner._sandbox import for_javascript, worker_config
+
+    from .conftest import MACHINE
+
+    module = tmp_path / "t.ts"
+    module.write_text("export default () => ({});\n")
+    runtime = bun_mod.locate()
+    assert runtime is not None
+
+    def config(level: str) -> Any:
+        return worker_config(_policy(level), MACHINE, module=str(module), cwd=str(tmp_path), workdir=None, env={})
+
+    python = config("strict")
+    js = for_javascript(python, runtime.bun, runtime.read_paths())
+    assert "/proc/self" in js.read_paths and "/proc/self" not in python.read_paths
+    assert runtime.bun in js.exec_paths and runtime.bun not in python.exec_paths
+    assert set(python.read_paths) < set(js.read_paths) and set(python.exec_paths) < set(js.exec_paths)
+    assert os.path.dirname(runtime.main) in js.read_paths
+    if runtime.typebox:
+        assert runtime.typebox in js.read_paths
+    # Nothing else of the level changes, and below strict nothing at all.
+    for field in ("write_paths", "network", "connect_ports", "cpu_seconds", "open_files", "file_size_bytes"):
+        assert getattr(js, field) == getattr(python, field), field
+    for level in ("none", "contained"):
+        assert for_javascript(config(level), runtime.bun, runtime.read_paths()) == config(level)
