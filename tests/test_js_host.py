@@ -266,17 +266,46 @@ def test_the_handover_json_is_the_contracts() -> None:
     assert Path(launch.bunfig).is_file()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Bun.spawn without `env` passes the environment Bun was started with: deleting XCSH_WORKER_INIT "
-    "from process.env does not reach it (handing the state over through an fd instead would)",
-)
-async def test_xcsh_worker_init_does_not_reach_a_bun_spawn_child(stub_main: str, tmp_path: Path) -> None:
-    tools = _tool_dir(tmp_path)
-    async with make_runner(tools / "echo.ts", sandbox=_policy("contained")) as runner:
-        result = await runner.call_tool("stub_echo", {"spawn": True})
+REAL_TOOL = """
+import { spawnSync } from "node:child_process";
+export default (pi: any) => ({
+  name: "real_hello",
+  label: "Hello",
+  description: "says hello, and what a child process inherits",
+  parameters: { type: "object", properties: { name: { type: "string" }, spawn: { type: "boolean" } } },
+  async execute(id: string, params: { name: string; spawn?: boolean }) {
+    const children = params.spawn ? [
+      Bun.spawnSync(["/bin/sh", "-c", "env"]).stdout.toString(),
+      spawnSync("/bin/sh", ["-c", "env"]).stdout.toString(),
+    ] : [];
+    return { content: [{ type: "text", text: `hello ${params.name}` }],
+             details: { pid: process.pid, init: process.env.XCSH_WORKER_INIT ?? null, children } };
+  },
+});
+"""
+
+
+@pytest.mark.parametrize("level", ["none", "contained", pytest.param("strict", marks=needs_strict)])
+async def test_the_real_js_worker_behind_the_launch_step(bun: str, tmp_path: Path, level: str) -> None:
+    main = bun_mod.worker_main()  # worker/js/main.ts, or XCSH_RUN_JS_MAIN
+    if not os.path.isfile(main) or Path(main) == STUB:
+        pytest.skip(f"no JS worker at {main}")
+    # In a folder of its own: strict grants a tool's folder whole unless it holds a home directory
+    # (tmp_path holds this test's HOME), and Bun must read the folder to import a file from it.
+    module = tmp_path / "tools" / "hello.ts"
+    module.parent.mkdir()
+    module.write_text(REAL_TOOL)
+    async with make_runner(module, sandbox=_policy(level)) as runner:
+        assert not runner.errors, [e.message for e in runner.errors]
+        result = await runner.call_tool("real_hello", {"name": "js", "spawn": level != "strict"})  # no sh there
+        [slot] = runner._pool.slots()
     assert result.kind is None, result.text
-    assert "XCSH_WORKER_INIT=" not in result.details["bun_child"]
+    assert result.text == "hello js"
+    assert result.details["pid"] == slot.worker.pid
+    assert result.details["init"] is None
+    assert len(result.details["children"]) == (2 if level != "strict" else 0)
+    for child in result.details["children"]:
+        assert "XCSH_RUN_TEST_MARK=" in child and "XCSH_WORKER_INIT=" not in child
 
 
 # --- finding and installing Bun -----------------------------------------------------------------
