@@ -52,6 +52,8 @@ JS_FOLDER_MARKERS: Final = ("package.json", "index.ts")
 
 def is_js_module(path: str) -> bool:
     """Is this module (file or folder) JavaScript/TypeScript, run by Bun? (A Python package folder is not.)"""
+    if path.endswith(".py"):
+        return False  # without a look at the disk: the common case
     if path.endswith(JS_SUFFIXES):
         return not os.path.isdir(path) or is_js_folder(Path(path))
     return os.path.isdir(path) and is_js_folder(Path(path))

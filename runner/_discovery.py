@@ -86,7 +86,7 @@ class Candidate(msgspec.Struct, frozen=True):
         base = os.path.basename(self.resolved.rstrip(os.sep))
         if base == "__init__.py":
             base = os.path.basename(os.path.dirname(self.resolved))
-        return module_stem(base) if not os.path.isdir(self.resolved) else base
+        return module_stem(base)
 
     @property
     def kind(self) -> str:
