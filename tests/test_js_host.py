@@ -90,6 +90,10 @@ async def test_a_js_module_runs_on_bun_after_the_python_handshake(stub_main: str
         assert seen["init_visible"] is False
         assert int(seen["sig_ign"], 16) & (1 << (signal.SIGINT - 1))  # SIGINT ignored, across exec: the host's
         assert "XCSH_WORKER_INIT" not in seen["env_keys"]
+        # The names of what the sandbox left out come in the handover, not in the environment.
+        assert "XCSH_RUN_DROPPED_ENV" not in seen["env_keys"]
+        assert (level == "none") == (init["dropped"] == [])
+        assert not set(init["dropped"]) & set(seen["env_keys"])
         if level != "none":
             assert seen["home"] != os.environ["HOME"]  # the private HOME of contained and strict
         protocol = {str(init["fd_in"]), str(init["fd_out"]), str(init["kill_fd"])}
@@ -259,7 +263,8 @@ def test_the_handover_json_is_the_contracts() -> None:
     data = json.loads(text)
     assert data == {"id": "i1", "params": {"protocol_version": 1, "host_pid": 7, "cwd": "/c"}, "unenforced": ["x"],
                     "supervisor": 5, "fd_in": 3, "fd_out": 4, "kill_fd": -1,
-                    "buffered": base64.b64encode(b"\x00\x01").decode(), "typebox": "/t/typebox"}  # fmt: skip
+                    "buffered": base64.b64encode(b"\x00\x01").decode(), "typebox": "/t/typebox",
+                    "dropped": []}  # fmt: skip
     assert launch.argv()[:4] == ["/b/bun", "--no-install", "--no-env-file", f"--config={launch.bunfig}"]
     assert launch.argv()[4] == "/w/js/main.ts"
     assert Path(launch.bunfig) == ROOT / "worker" / "js" / "bunfig.toml"

@@ -28,6 +28,7 @@ from typing import NoReturn
 
 import msgspec
 
+from . import _env
 from . import _methods as m
 from ._messages import ErrorCode
 
@@ -80,6 +81,7 @@ def init_env(
     supervisor: int,
     fds: tuple[int, int, int],
     buffered: bytes,
+    dropped: list[str] | None = None,
 ) -> str:
     """The compact JSON of ``XCSH_WORKER_INIT``: everything Bun needs to answer ``initialize`` and go on."""
     fd_in, fd_out, kill_fd = fds
@@ -94,6 +96,8 @@ def init_env(
             "kill_fd": kill_fd,
             "buffered": base64.b64encode(buffered).decode(),
             "typebox": launch.typebox,
+            # Beyond the contract's first draft: what XCSH_RUN_DROPPED_ENV held (``worker._env``).
+            "dropped": dropped or [],
         }
     ).decode()
 
@@ -120,6 +124,9 @@ def exec_bun(
         if fd >= 0:
             os.set_inheritable(fd, True)
     env = dict(os.environ)
+    # The names the host left out, for the JS worker's hints: in the handover, not in
+    # an environment a tool and its children (Bun.spawn's startup snapshot) would see.
+    dropped = [name for name in env.pop(_env.DROPPED_ENV, "").split(",") if name]
     env[INIT_ENV] = init_env(
         launch,
         init_id=init_id,
@@ -128,6 +135,7 @@ def exec_bun(
         supervisor=supervisor,
         fds=fds,
         buffered=buffered,
+        dropped=dropped,
     )
     for stream in (sys.stdout, sys.stderr):
         try:
