@@ -352,7 +352,8 @@ class ToolRegistry:
             raise LoadFailed(str(exc), deterministic=exc.deterministic) from None
         except RemoteError as exc:
             # The module itself refused to load: the same file will fail the same way.
-            raise LoadFailed(exc.error.message, _tail(worker), deterministic=True) from None
+            message = exc.error.message + envs.js_hint(candidate, policy.level)
+            raise LoadFailed(message, _tail(worker), deterministic=True) from None
         except ConfigError as exc:
             raise LoadFailed(f"{module}: {exc}") from None
         except WorkerDied as exc:

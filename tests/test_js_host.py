@@ -313,6 +313,21 @@ async def test_the_real_js_worker_behind_the_launch_step(bun: str, tmp_path: Pat
         assert "XCSH_RUN_TEST_MARK=" in child and "XCSH_WORKER_INIT=" not in child
 
 
+@needs_strict
+async def test_a_js_module_in_a_folder_holding_a_home_says_why_strict_cannot_import_it(
+    bun: str, tmp_path: Path
+) -> None:
+    main = bun_mod.worker_main()
+    if not os.path.isfile(main) or Path(main) == STUB:
+        pytest.skip(f"no JS worker at {main}")
+    module = tmp_path / "hello.ts"  # tmp_path holds this test's HOME: strict grants the file alone
+    module.write_text(REAL_TOOL)
+    async with make_runner(module, sandbox=_policy("strict")) as runner:
+        [error] = runner.errors
+    assert f"Bun must read the folder {tmp_path} to import the module" in error.message
+    assert "move the module into a folder of its own" in error.message
+
+
 # --- finding and installing Bun -----------------------------------------------------------------
 
 
