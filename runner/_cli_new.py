@@ -73,11 +73,10 @@ def test_{name}_survives_fuzzing() -> None:
     assert_fuzz_clean("{name}", tool_paths=[TOOL], examples=30, seed=0)
 '''
 
-TS_TOOL = """// {name}: a tool in the original TypeScript design's shape (a factory given `pi`, a TypeBox schema).
-//
-// NOTE: xcsh-run does not run TypeScript tools yet: they run once the Bun worker lands (issue 17).
-// Until then this file is found but not loaded; write the tool in Python (xcsh-run new {name}) to run it today.
-import type {{ CustomToolFactory }} from "@oh-my-pi/pi-coding-agent";
+TS_TOOL = """// {name}: a TypeScript tool, run by Bun in its own sandboxed worker (docs/typescript.md).
+// The factory gets the tool API (`pi`); the schema is TypeBox, validated by the host as JSON Schema.
+// The type-only import below is erased when Bun loads the file: nothing needs to be installed for it.
+import type {{ CustomToolFactory }} from "@f5-sales-demo/xcsh";
 
 const factory: CustomToolFactory = (pi) => ({{
   name: "{name}",
@@ -96,25 +95,14 @@ const factory: CustomToolFactory = (pi) => ({{
 export default factory;
 """
 
-TS_TEST = """// A test stub for the {name} tool (bun test). TypeScript tools run once the Bun worker lands (issue 17).
-import {{ expect, test }} from "bun:test";
-import factory from "../.xcsh/tools/{name}.ts";
-
-test("{name} echoes", async () => {{
-  const pi = {{ typebox: await import("@sinclair/typebox") }} as any;
-  const tool = factory(pi);
-  const result = await tool.execute("call-1", {{ text: "hi", repeat: 2 }}, undefined, undefined, undefined);
-  expect(result.content[0].text).toBe("hi hi");
-}});
-"""
+TS_TEST = PY_TEST.replace('"{name}.py"', '"{name}.ts"')
+"""The Python test runs the TypeScript tool as users will: through xcsh-run, its worker and its sandbox."""
 
 
 @app.command("new")
 def new_command(
     name: Annotated[str, typer.Argument(help="The tool's name: a Python identifier, e.g. word_freq.")],
-    ts: Annotated[
-        bool, typer.Option("--ts", help="A TypeScript tool (runs once the Bun worker lands: issue 17).")
-    ] = False,
+    ts: Annotated[bool, typer.Option("--ts", help="A TypeScript tool, run by Bun (docs/typescript.md).")] = False,
     cwd: CwdOpt = None,
 ) -> None:
     """Create a working tool in the project's .xcsh/tools, with a test that passes as generated."""
@@ -123,7 +111,7 @@ def new_command(
     root = Path(project_root(os.getcwd()))
     suffix = ".ts" if ts else ".py"
     tool = root / ".xcsh" / "tools" / f"{name}{suffix}"
-    test = root / "tests" / (f"{name}.test.ts" if ts else f"test_{name}.py")
+    test = root / "tests" / f"test_{name}.py"
     existing = [str(path) for path in (tool, test) if path.exists()]
     if existing:
         fail(f"{' and '.join(existing)} already exist{'s' if len(existing) == 1 else ''}; nothing was written")
@@ -135,12 +123,6 @@ def new_command(
         with open(path, "x", encoding="utf-8") as f:
             f.write(text.format(name=name, label=label))
         typer.echo(f"created {path}")
-    if ts:
-        typer.echo(
-            "note: TypeScript tools run once the Bun worker lands (issue 17); until then xcsh-run does not load "
-            f"{tool.name}. `xcsh-run new {name}` makes a Python tool that runs today."
-        )
-        return
     from ._fuzz_report import COMMANDS
 
     run = f"xcsh-run run {name}" if name in COMMANDS else f"xcsh-run {name}"

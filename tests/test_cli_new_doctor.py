@@ -84,16 +84,30 @@ def test_new_finds_the_project_root(tmp_path: Path) -> None:
     assert (bare / ".xcsh" / "tools" / "b.py").is_file()  # neither: the current folder
 
 
-def test_new_ts_scaffolds_the_typescript_shape_and_says_it_waits_for_the_bun_worker(project: Path) -> None:
+@pytest.mark.timeout(400)
+def test_new_ts_scaffolds_a_typescript_tool_that_runs_in_bun_and_a_test_that_passes(project: Path, bun: str) -> None:
     proc = run("new", "greet", "--ts", cwd=project)
     assert proc.returncode == 0, proc.stderr
-    assert "issue 17" in proc.stdout
-    tool = (project / ".xcsh" / "tools" / "greet.ts").read_text()
-    assert "issue 17" in tool.split("import", 1)[0]  # in the header
+    tool_path = project / ".xcsh" / "tools" / "greet.ts"
+    test = project / "tests" / "test_greet.py"
+    assert f"created {tool_path}" in proc.stdout and f"created {test}" in proc.stdout
+    tool = tool_path.read_text()
     assert "const factory: CustomToolFactory = (pi) =>" in tool
     assert "pi.typebox.Type.Object" in tool and "export default factory" in tool
     assert 'name: "greet"' in tool
-    assert "../.xcsh/tools/greet.ts" in (project / "tests" / "greet.test.ts").read_text()
+    ran = run("greet", "--text", "hi", "--repeat", "3", cwd=project)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == "hi hi hi\n"
+    assert '"greet.ts"' in test.read_text()
+    tested = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test.relative_to(project))],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert "2 passed" in tested.stdout
 
 
 def test_doctor_reports_each_level(project: Path) -> None:
