@@ -48,6 +48,9 @@ from .conftest import SUMMARY, TOOLS, Guarded, leaks_since, run_guarded, snapsho
 
 MODULE = str(TOOLS / "lifecycle.py")
 HOSTAPI = str(TOOLS / "hostapi.py")
+# The same tools for the Bun worker: its start (the Python step, the exec of
+# Bun, the handoff) and its calls are swept as the Python worker's are.
+JS_MODULE = str(TOOLS / "lifecycle.ts")
 CALL_ID = "sweep-call"
 GRACE = 0.5
 # The streaming call's partial results (each followed by a log record), and
@@ -127,6 +130,12 @@ class Phase:
     # worker when the swept call is made: the swept call queues for it, is
     # handed the worker as the call ahead ends, and takes it warm.
     queued: bool = False
+    # The module is lifecycle.ts, in a Bun worker (which never takes a spare).
+    js: bool = False
+
+    @property
+    def module_path(self) -> str:
+        return JS_MODULE if self.js else MODULE
 
     @property
     def name(self) -> str:
@@ -141,6 +150,7 @@ class Phase:
         return "/".join(
             [what, f"spares={self.spares}", "cache" if self.cache else "nocache"]
             + (["runner.cancel"] if self.action == "cancel_id" else [])
+            + (["bun"] if self.js else [])
         )
 
 
@@ -278,7 +288,7 @@ async def lifecycle(phase: Phase, inst: StepCanceller, cache_dir: Path, record: 
         inst.scope = scope
         if phase.arm == "open":
             inst.arm()
-        modules = [MODULE, HOSTAPI] if phase.busy else [MODULE] if phase.module else []
+        modules = [phase.module_path, HOSTAPI] if phase.busy else [phase.module_path] if phase.module else []
         async with open_runner(
             modules,
             discover_sources=False,
@@ -495,6 +505,16 @@ def assert_swept(phase: Phase, report: SweepReport) -> None:
     )
 
 
+JS_PHASES = [
+    # The Bun worker: discovery loading the module (cache off), a cold and a
+    # warm streaming call, runner.cancel(call_id) at every step of a cold one.
+    Phase("open", spares=0, cache=False, js=True),
+    Phase("call", spares=0, cache=True, call=STREAM, js=True),
+    Phase("call", spares=0, cache=True, warm=True, call=STREAM, js=True),
+    Phase("call", spares=0, cache=True, action="cancel_id", call=STREAM, js=True),
+]
+
+
 def _phases() -> list[Phase]:
     """The short profile's phases, or under stress every combination."""
     if STRESS:
@@ -515,6 +535,7 @@ def _phases() -> list[Phase]:
             # whole life is about 20 steps, and that is its floor.
             floor = MANDATORY if spares else 15
             phases.append(Phase("open", spares=spares, cache=True, module=False, settle=True, min_steps=floor))
+        phases += JS_PHASES
         # Without the cache a "cold" call is a warm one: keep one of each name.
         return list({phase.name: phase for phase in reversed(phases)}.values())[::-1]
     return [
@@ -541,6 +562,7 @@ def _phases() -> list[Phase]:
         # cancelled by its caller, and by runner.cancel(call_id).
         Phase("call", spares=0, cache=True, warm=True, queued=True, call=STREAM),
         Phase("call", spares=0, cache=True, action="cancel_id", warm=True, queued=True, call=STREAM),
+        *JS_PHASES,
     ]
 
 
@@ -548,17 +570,19 @@ pytestmark = [pytest.mark.stress, pytest.mark.timeout(scaled(150, 7200))]
 
 
 @pytest.mark.parametrize("phase", _phases(), ids=lambda phase: phase.name)
-def test_cancellation_at_every_step(phase: Phase, tmp_path: Path) -> None:
+def test_cancellation_at_every_step(phase: Phase, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    if phase.js:
+        request.getfixturevalue("bun")  # skipped without Bun, failed under CI
     assert_swept(phase, sweep(phase, tmp_path / "cache"))
 
 
 # --- deadlines rather than steps ----------------------------------------------------
 
 
-async def _short_timeouts(timeout: float, spares: int, repeats: int, cache_dir: Path) -> list[str]:
+async def _short_timeouts(timeout: float, spares: int, repeats: int, cache_dir: Path, module: str) -> list[str]:
     problems: list[str] = []
     async with open_runner(
-        [MODULE], discover_sources=False, spare_workers=spares, cache=True, cache_dir=cache_dir, grace=GRACE
+        [module], discover_sources=False, spare_workers=spares, cache=True, cache_dir=cache_dir, grace=GRACE
     ) as runner:
         for i in range(repeats):
             # A timed-out worker is never reused: each call here starts cold,
@@ -572,8 +596,6 @@ async def _short_timeouts(timeout: float, spares: int, repeats: int, cache_dir: 
     return problems
 
 
-@pytest.mark.parametrize("spares", [0, 1])
-@pytest.mark.parametrize("timeout", [0.001, 0.003, 0.010])
 def _guarded_rounds(label: str, rounds: int, fn: Any, *args: Any) -> list[str]:
     """``rounds`` guarded runs of ``fn(*args)`` (which returns its problems): the failing ones, with hangs and leaks."""
     failures: list[str] = []
@@ -595,17 +617,24 @@ def _guarded_rounds(label: str, rounds: int, fn: Any, *args: Any) -> list[str]:
     return failures
 
 
-@pytest.mark.parametrize("spares", [0, 1])
+@pytest.mark.parametrize(("spares", "js"), [(0, False), (1, False), (0, True)], ids=["spares=0", "spares=1", "bun"])
 @pytest.mark.parametrize("timeout", [0.001, 0.003, 0.010])
-def test_very_short_call_timeouts(timeout: float, spares: int, tmp_path: Path) -> None:
+def test_very_short_call_timeouts(
+    timeout: float, spares: int, js: bool, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if js:
+        request.getfixturevalue("bun")  # the deadline lands in the Python step, Bun's exec or the handoff
     rounds = scaled(3, 20)
     start = time.monotonic()
-    _warm_cache(Phase("call", spares, cache=True), tmp_path / "cache")
-    label = f"timeout={timeout:g}, spares={spares}"
-    failures = _guarded_rounds(label, rounds, _short_timeouts, timeout, spares, scaled(4, 10), tmp_path / "cache")
+    phase = Phase("call", spares, cache=True, js=js)
+    _warm_cache(phase, tmp_path / "cache")
+    label = f"timeout={timeout:g}, spares={spares}" + (", bun" if js else "")
+    failures = _guarded_rounds(
+        label, rounds, _short_timeouts, timeout, spares, scaled(4, 10), tmp_path / "cache", phase.module_path
+    )
     SUMMARY.append(
-        f"short timeouts {timeout:g} s, spares={spares}: {rounds} rounds in {time.monotonic() - start:.1f} s, "
-        f"{len(failures)} failing"
+        f"short timeouts {timeout:g} s, {label.split(', ', 1)[1]}: {rounds} rounds in "
+        f"{time.monotonic() - start:.1f} s, {len(failures)} failing"
     )
     assert not failures, "\n".join(failures)
 
