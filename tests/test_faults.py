@@ -45,6 +45,9 @@ from ._scale import scaled
 from .conftest import SUMMARY, TOOLS, leaks_since, run_guarded, snapshot
 
 MODULE = str(TOOLS / "lifecycle.py")
+# The Bun worker starts through the same steps (its Python step execs Bun after
+# the handshake): the call and discovery paths again with it (it takes no spare).
+JS_MODULE = str(TOOLS / "lifecycle.ts")
 GRACE = 0.5
 LOAD_TIMEOUT = 5.0
 # A runner that retried a failing start until the deadline would answer
@@ -138,12 +141,12 @@ class Observed:
     close_seconds: float | None = None
 
 
-async def faulted_run(path: Path_, fault: Fault, cache_dir: Path) -> Observed:
+async def faulted_run(path: Path_, fault: Fault, cache_dir: Path, module: str = MODULE) -> Observed:
     seen = Observed()
     try:
         with injected(fault), trio.fail_after(WATCHDOG - 5):
             async with open_runner(
-                [MODULE],
+                [module],
                 discover_sources=False,
                 cache=path != "discovery",
                 cache_dir=cache_dir,
@@ -212,22 +215,37 @@ CASES = [
     for mode in ("once", "always")
     for path in ("call", "discovery", "spare")
 ]
+JS_CASES = [
+    pytest.param(step, kind, mode, path, id=f"{step}-{kind.label}-{mode}-{path}-bun")
+    for step in STEPS
+    for kind in FAULTS[step]
+    for mode in ("once", "always")
+    for path in ("call", "discovery")
+]
 
 
-@pytest.fixture(scope="module")
-def warm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A module cache that already knows tests/tools/lifecycle.py (copied per case)."""
-    cache = tmp_path_factory.mktemp("fault-cache")
-
+def _fill_cache(cache: Path, module: str) -> Path:
     async def fill() -> None:
         async with open_runner(
-            [MODULE], discover_sources=False, cache=True, cache_dir=cache, spare_workers=0
+            [module], discover_sources=False, cache=True, cache_dir=cache, spare_workers=0
         ) as runner:
             assert (await runner.call_tool("ping")).text == "pong"
 
     guarded = run_guarded(fill, timeout=WATCHDOG)
     assert not guarded.hung and guarded.error is None, f"could not fill the cache: {guarded}"
     return cache
+
+
+@pytest.fixture(scope="module")
+def warm_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A module cache that already knows tests/tools/lifecycle.py (copied per case)."""
+    return _fill_cache(tmp_path_factory.mktemp("fault-cache"), MODULE)
+
+
+@pytest.fixture(scope="module")
+def warm_cache_bun(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A module cache that already knows tests/tools/lifecycle.ts (copied per case)."""
+    return _fill_cache(tmp_path_factory.mktemp("fault-cache-bun"), JS_MODULE)
 
 
 pytestmark = pytest.mark.stress
@@ -246,11 +264,23 @@ def _summary() -> Iterator[None]:
 
 @pytest.mark.parametrize(("step", "kind", "mode", "path"), CASES)
 def test_fault(step: str, kind: Kind, mode: Mode, path: Path_, warm_cache: Path, tmp_path: Path) -> None:
+    _run_case(step, kind, mode, path, warm_cache, tmp_path, MODULE)
+
+
+@pytest.mark.parametrize(("step", "kind", "mode", "path"), JS_CASES)
+def test_fault_bun(
+    step: str, kind: Kind, mode: Mode, path: Path_, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    request.getfixturevalue("bun")  # skipped without Bun, failed under CI
+    _run_case(step, kind, mode, path, request.getfixturevalue("warm_cache_bun"), tmp_path, JS_MODULE)
+
+
+def _run_case(step: str, kind: Kind, mode: Mode, path: Path_, warm: Path, tmp_path: Path, module: str) -> None:
     cache_dir = tmp_path / "cache"
-    shutil.copytree(warm_cache, cache_dir)
+    shutil.copytree(warm, cache_dir)
     fault = Fault(step, kind, mode)
     before = snapshot()
-    guarded = run_guarded(faulted_run, path, fault, cache_dir, timeout=WATCHDOG)
+    guarded = run_guarded(faulted_run, path, fault, cache_dir, module, timeout=WATCHDOG)
     if guarded.hung:
         stuck = " (still running after its processes were killed)" if guarded.stuck else ""
         problems = [f"hang{stuck}; killed {guarded.killed}; where:\n{guarded.dump}"]
@@ -259,7 +289,7 @@ def test_fault(step: str, kind: Kind, mode: Mode, path: Path_, warm_cache: Path,
     else:
         problems = check(path, mode, fault, guarded.value)
     problems += leaks_since(before)
-    _seconds.setdefault(path, []).append(guarded.seconds)
+    _seconds.setdefault(path + ("-bun" if module == JS_MODULE else ""), []).append(guarded.seconds)
     assert not problems, f"{step} {fault.label} {mode} on the {path} path (fired {fault.fired}x):\n" + "\n".join(
         problems
     )
