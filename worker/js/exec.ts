@@ -183,7 +183,9 @@ function describeSpawnError(command: string, cwd: string, err: NodeJS.ErrnoExcep
   } else if (code === "EACCES" || code === "EPERM") {
     text =
       `exec: cannot run ${JSON.stringify(command)}: permission denied (${code}); ` +
-      "it is not executable, or the sandbox policy does not allow running it";
+      "it is not executable, or the sandbox does not allow running it: under --sandbox strict, allow it with " +
+      `--allow-exec ${command} (policy field allow_exec); a tool declares this need with ` +
+      `requires: { programs: [${JSON.stringify(command)}] }`;
   } else {
     text = `exec: cannot run ${JSON.stringify(command)}: ${err.message}`;
   }
