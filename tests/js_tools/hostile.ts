@@ -1,5 +1,6 @@
 // Hostile TypeScript tools: each one attacks the host a different way. None may hurt it.
 // The twins of tests/tools/hostile.py and tests/tools/limits.py, for the Bun worker.
+import { dlopen, FFIType } from "bun:ffi";
 import { spawn } from "node:child_process";
 import { readdirSync, readFileSync, readlinkSync, writeFileSync, writeSync } from "node:fs";
 
@@ -65,6 +66,11 @@ export default function factory(pi: any) {
   return [
     tool("process_exit", (_id: string, params: any) => {
       process.exit(params.code ?? 13);
+    }),
+    tool("libc_exit", (_id: string, params: any) => {
+      // The twin of os._exit: libc's _exit, past every JavaScript exit hook.
+      const libc = dlopen("libc.so.6", { _exit: { args: [FFIType.i32], returns: FFIType.void } });
+      libc.symbols._exit(params.code ?? 13);
     }),
     tool("process_abort", () => {
       process.abort();
