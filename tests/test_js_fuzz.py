@@ -33,7 +33,7 @@ export default (pi) => {
   const INT = T.Object({ x: T.Integer() });
   const PATH = T.Object({ path: T.Optional(T.String()) });
   const TEXT = T.Object({ text: T.String() }, { additionalProperties: false });
-  const ToolError = pi.pi?.ToolError ?? pi.ToolError;
+  const ToolError = pi.pi.ToolError;
   return [
     { name: "divide_ts", description: "d", parameters: INT,
       execute: async (id, p) => String((100n / BigInt(p.x)).toString()) },  // a RangeError at x = 0
