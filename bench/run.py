@@ -186,6 +186,11 @@ def _round(
         row.rounds.append(median(samples))
 
 
+def _started(subjects: list[Subject], drivers: dict[str, Driver]) -> list[Subject]:
+    """The subjects whose peer was started (all of them, unless --peers left some out)."""
+    return [subject for subject in subjects if subject[0] in drivers]
+
+
 def _rows(section: Section, subjects: list[Subject], unit: str, p90: bool = True) -> dict[str, Row]:
     rows = {}
     for i, (_, _, label, _) in enumerate(subjects):
@@ -214,7 +219,8 @@ def warm(drivers: dict[str, Driver], args: argparse.Namespace) -> list[Section]:
         "Warm echo call, 1 in flight; no pinning (the scheduler's choice over both CPUs)",
         "vs the msgspec pipe floor, same placement",
     )
-    placements = [({0}, pinned, _rows(pinned, WARM, "us")), (all_cpus(), free, _rows(free, WARM, "us"))]
+    subjects = _started(WARM, drivers)
+    placements = [({0}, pinned, _rows(pinned, subjects, "us")), (all_cpus(), free, _rows(free, subjects, "us"))]
 
     spawned: dict[tuple[str, str], int] = {}
     placement = ""
@@ -232,15 +238,16 @@ def warm(drivers: dict[str, Driver], args: argparse.Namespace) -> list[Section]:
             for cpus, section, rows in placements:
                 placement = section.title
                 pin_tree(cpus)
-                _round(drivers, WARM, rows, measure)
+                _round(drivers, subjects, rows, measure)
     finally:
         pin_tree(all_cpus())
     for _, section, rows in placements:
-        for peer, kwargs, label, _ in WARM:
+        for peer, kwargs, label, _ in subjects:
             count = spawned.get((section.title, peer + str(kwargs)))
             if count is not None:
                 rows[label].note = f"workers started while timed: {count}"
-        _versus_python(rows[XCSH_BUN], rows[XCSH_SCHEMA], "the Python worker's JSON Schema echo")
+        if XCSH_BUN in rows and XCSH_SCHEMA in rows:
+            _versus_python(rows[XCSH_BUN], rows[XCSH_SCHEMA], "the Python worker's JSON Schema echo")
     return [pinned, free]
 
 
@@ -258,7 +265,8 @@ def throughput(drivers: dict[str, Driver], args: argparse.Namespace) -> Section:
         f"Throughput: {n} echo calls over 2 workers, us per call (one sample per round)",
         "vs the floor with 1 call in flight per worker",
     )
-    rows = _rows(section, THROUGHPUT, "us", p90=False)
+    subjects = _started(THROUGHPUT, drivers)
+    rows = _rows(section, subjects, "us", p90=False)
     spawned: dict[str, int] = {}
 
     def measure(driver: Driver, kwargs: dict[str, Any], share: float) -> list[float]:
@@ -269,12 +277,14 @@ def throughput(drivers: dict[str, Driver], args: argparse.Namespace) -> Section:
         return [value / n * 1e6]
 
     for _ in range(args.rounds):
-        _round(drivers, THROUGHPUT, rows, measure)
+        _round(drivers, subjects, rows, measure)
     for row in section.rows:
         if row.median:
             row.note = f"{1e6 / row.median:,.0f} calls/s" + (f"; {row.note}" if row.note else "")
     for label in (XCSH, XCSH_NONE):
-        row = next(r for r in section.rows if r.case.startswith(label + ":"))
+        row = next((r for r in section.rows if r.case.startswith(label + ":")), None)
+        if row is None:
+            continue
         peer = "xcsh" if label == XCSH else "xcsh-none"
         row.note += f"; workers spawned while timed: {spawned.get(peer, 0)}"
     return section
@@ -282,14 +292,15 @@ def throughput(drivers: dict[str, Driver], args: argparse.Namespace) -> Section:
 
 def big(drivers: dict[str, Driver], args: argparse.Namespace) -> Section:
     section = Section("c", "One 10 MiB string result, ms per call", "vs the msgspec floor with the default 64 KiB pipe")
-    rows = _rows(section, BIG, "ms")
+    subjects = _started(BIG, drivers)
+    rows = _rows(section, subjects, "ms")
 
     def measure(driver: Driver, kwargs: dict[str, Any], share: float) -> list[float]:
         reps = args.big_reps if share else 1
         return [float(v) for v in driver.call("big", reps=reps, **kwargs)]
 
     for _ in range(args.big_rounds):
-        _round(drivers, BIG, rows, measure)
+        _round(drivers, subjects, rows, measure)
     for row in section.rows:
         if row.median:
             row.note = f"{10 / (row.median / 1e3):,.0f} MiB/s" + (f"; {row.note}" if row.note else "")
@@ -311,13 +322,13 @@ def first_call(drivers: dict[str, Driver], args: argparse.Namespace) -> Section:
         ("xcsh", "forkserver"): section.add(
             Row(XCSH + ": first call, never-used worker (spare_workers=0, forkserver)", unit="ms")
         ),
-        ("xcsh-bun", True): section.add(
-            Row(XCSH + ", Bun worker: first call_tool, new runner, default settings", unit="ms")
-        ),
         ("xcsh-bun", False): section.add(
             Row(XCSH + ", Bun worker: first call_tool, new runner, spare_workers=0", unit="ms")
         ),
     }
+    # Only the peers that were started (--peers) have rows.
+    xcsh = {key: row for key, row in xcsh.items() if key[0] in drivers}
+    section.rows = [r for r in section.rows if r in (popen, fork) or r in xcsh.values()]
     per_round = max(1, args.spawn_reps // 2)
     for _ in range(2):
         try:
@@ -340,17 +351,19 @@ def first_call(drivers: dict[str, Driver], args: argparse.Namespace) -> Section:
             row.samples += got["samples"]
             if got["cache_misses"]:
                 row.note = f"{got['cache_misses']} cache misses (module loaded at open)"
-    for (_, spares), row in xcsh.items():
+    for (peer, spares), row in xcsh.items():
         what = (
             "fork + load + call, the zygote ready"
             if spares == "forkserver"
             else "a spare worker, once ready (<= 1 s)"
             if spares
             else "spawn + load + call"
+            if peer != "xcsh-bun"
+            else "spawn + Python handshake and sandbox + exec of Bun + load + call (a JS worker has no spare)"
         )
         row.note = (row.note + "; " if row.note else "") + f"call_tool -> result: {what}"
-    for spares in (True, False):
-        _versus_python(xcsh[("xcsh-bun", spares)], xcsh[("xcsh", spares)], "the Python worker's row")
+    if ("xcsh-bun", False) in xcsh and ("xcsh", False) in xcsh:
+        _versus_python(xcsh[("xcsh-bun", False)], xcsh[("xcsh", False)], "the Python worker's spawn + load + call")
     return section
 
 
@@ -567,7 +580,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--peers",
         default=",".join(PEERS),
-        help="peers to start, e.g. 'floor,xcsh,xcsh-bun' (rows of the others say 'not started') [all]",
+        help="peers to start, e.g. 'floor,xcsh,xcsh-bun' (the others' rows are left out) [all]",
     )
     parser.add_argument("--quick", action="store_true", help="a smoke run: tiny counts, numbers not meaningful")
     parser.add_argument("--json", type=Path, help="also write every row and target as JSON here")
