@@ -20,7 +20,7 @@ import mcp_types
 import pytest
 import trio
 
-from runner import SandboxPolicy
+from runner import SandboxPolicy, open_blocking_runner, run_tool_sync
 
 from ._js import JS_TOOLS, copy_tool, require_bun
 from ._mcp_clients import DEADLINE, open_session
@@ -181,6 +181,17 @@ async def test_the_embedding_api_runs_it_with_its_updates(ts_repo: Path) -> None
     assert result.details == {"count": 3, "sample": ["a.py", "b.py", "pkg/c.py"]}
     assert default.text == "Found 0 files"  # the schema's default glob, **/*.ts: nothing of that kind is tracked
     assert invalid.kind == "invalid_arguments" and "glob" in invalid.text
+
+
+@pytest.mark.timeout(60)
+def test_the_blocking_faces_run_it(ts_repo: Path) -> None:
+    """The blocking runner and run_tool_sync, as a non-async host uses them."""
+    seen: list[Any] = []
+    with open_blocking_runner(cwd=str(ts_repo), spare_workers=0) as runner:
+        result = runner.call_tool("repo_stats", {"glob": "*.py"}, on_update=seen.append)
+    assert result.text == "Found 3 files" and seen == [SCANNING]
+    one = run_tool_sync("repo_stats", {"glob": "*.txt"}, cwd=str(ts_repo), spare_workers=0)
+    assert one.text == "Found 1 files" and one.details == {"count": 1, "sample": ["notes.txt"]}
 
 
 async def test_the_shutdown_session_event_reaches_on_session(ts_repo: Path) -> None:

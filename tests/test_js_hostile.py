@@ -81,6 +81,12 @@ async def test_worker_death_is_crashed(
     assert elapsed < 1.0 + TIMEOUT
 
 
+async def test_a_crash_report_carries_what_the_tool_wrote_to_stderr() -> None:
+    result, _ = await _call("last_words_then_abort")
+    assert result.kind == "crashed" and result.error.signal == "SIGABRT", result
+    assert "last words before the crash" in result.error.stderr_tail
+
+
 async def test_process_exit_in_a_call_is_a_tool_error_naming_it() -> None:
     """As `sys.exit()` in a Python tool: the worker traps it, and the fuzzer counts it as a bug."""
     result, elapsed = await _call("process_exit", {"code": 13})

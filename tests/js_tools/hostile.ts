@@ -75,6 +75,10 @@ export default function factory(pi: any) {
     tool("process_abort", () => {
       process.abort();
     }),
+    tool("last_words_then_abort", () => {
+      console.error("last words before the crash");
+      process.abort();
+    }),
     tool("sigkill_self", () => {
       process.kill(process.pid, "SIGKILL");
     }),
