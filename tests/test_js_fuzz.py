@@ -54,7 +54,7 @@ export default (pi) => {
 
 
 def run(
-    *args: str, cwd: Path, timeout: float = 120, env: dict[str, str] | None = None
+    *args: str, cwd: Path, timeout: float = 60, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [XCSH_RUN, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
@@ -76,12 +76,13 @@ def buggy_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedP
     base = tmp_path_factory.mktemp("buggy_ts")
     (base / "home").mkdir()
     env = {**os.environ, "HOME": str(base / "home"), "XDG_CACHE_HOME": str(base / "cache")}
-    return run("fuzz", *BUGGY_ARGS, cwd=base, env=env, timeout=240)
+    return run("fuzz", *BUGGY_ARGS, cwd=base, env=env, timeout=100)
 
 
 # --- the planted bugs ----------------------------------------------------------------------------
 
 
+@pytest.mark.timeout(150)  # the shared run (at most 100 s) happens in the first test that asks for it
 def test_finds_and_shrinks_both_planted_bugs(buggy_run: subprocess.CompletedProcess[str]) -> None:
     proc = buggy_run
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -118,7 +119,7 @@ def test_the_reproducer_reproduces_with_the_evidence(tmp_path: Path) -> None:
 # --- how JavaScript errors are judged ------------------------------------------------------------
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(110)
 def test_a_range_error_on_valid_input_is_flagged(tools: Path) -> None:
     proc = fuzz("divide_ts", tools)
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -127,7 +128,7 @@ def test_a_range_error_on_valid_input_is_flagged(tools: Path) -> None:
     assert f"    reproduce: xcsh-run divide_ts --args '{{\"x\": 0}}' --tools {tools}\n" in proc.stdout
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(130)  # two fuzz runs
 def test_a_type_error_is_flagged_and_can_be_allowed(tools: Path) -> None:
     flagged = fuzz("looks_up_ts", tools)
     assert flagged.returncode == 1, flagged.stdout + flagged.stderr
@@ -136,7 +137,7 @@ def test_a_type_error_is_flagged_and_can_be_allowed(tools: Path) -> None:
     assert allowed.returncode == 0, allowed.stdout + allowed.stderr
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(240)  # four fuzz runs
 def test_tool_error_and_a_plain_error_pass_unless_flagged(tools: Path) -> None:
     refused = fuzz("refuses_ts", tools)
     assert refused.returncode == 0, refused.stdout + refused.stderr
@@ -152,7 +153,7 @@ def test_tool_error_and_a_plain_error_pass_unless_flagged(tools: Path) -> None:
     assert "deliberate, but every tool_error counts (--fail-on-tool-error)" in every.stdout
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(110)
 def test_a_correct_typescript_tool_passes(tools: Path) -> None:
     proc = fuzz("word_count_ts", tools, examples=40)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -165,7 +166,7 @@ def test_a_correct_typescript_tool_passes(tools: Path) -> None:
 
 
 async def test_fuzz_tool_api_reports_both_bugs_by_their_exceptions() -> None:
-    with trio.fail_after(120):
+    with trio.fail_after(100):
         report = await fuzz_tool("buggy_echo_ts", tool_paths=[BUGGY], examples=40, seed=3, timeout=5)
     assert not report.ok
     exceptions = sorted((f.result or {}).get("error", {}).get("exception") for f in report.failures)
