@@ -11,6 +11,8 @@ they reach the kernel through different code in Bun.
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +23,7 @@ import trio
 
 from runner import SandboxPolicy
 
-from ._js import JS_TOOLS, require_bun
+from ._js import BUN, JS_TOOLS, require_bun
 from .conftest import MACHINE, make_runner, needs_strict
 
 require_bun()
@@ -149,3 +151,18 @@ async def test_a_program_outside_allow_exec_is_refused(policy: SandboxPolicy, tm
         assert 'cannot run "/bin/sh": permission denied (EACCES)' in out["error"], out
         assert "the sandbox policy does not allow running it" in out["error"], out
         assert not marker.exists()
+
+
+@pytest.mark.parametrize("policy", [STRICT, SandboxPolicy(level="contained")], ids=["strict", "contained"])
+async def test_a_second_bun_started_by_the_tool(policy: SandboxPolicy) -> None:
+    """Bun may be executed under strict, but only the worker may read its own /proc entry: a child Bun aborts.
+
+    docs/typescript.md says so; this pins it, so that a change either way is seen.
+    """
+    assert BUN is not None
+    out = await run_probe(policy, "exec", program=os.path.realpath(BUN), args=["-e", "console.log(6 * 7)"])
+    assert out["ok"], out  # not EACCES: the file may run
+    if policy is STRICT:
+        assert out["value"]["code"] == -signal.SIGABRT, out
+    else:
+        assert out["value"] == {"code": 0, "stdout": "42\n"}, out
