@@ -102,17 +102,16 @@ export default function factory(pi: any) {
       }
       return "slept";
     }),
+    // Each then waits forever: only the worker's handling of the stray error can end the call.
     tool("unhandled_rejection", async () => {
       Promise.reject(new Error("nobody catches this"));
-      await sleep(50);
-      return "still here";
+      await new Promise(() => {});
     }),
     tool("uncaught_in_timer", async () => {
       setTimeout(() => {
         throw new Error("thrown from a timer");
       }, 0);
-      await sleep(50);
-      return "still here";
+      await new Promise(() => {});
     }),
     tool("flood", (_id: string, params: any) => {
       const frame = fakeFrame();
