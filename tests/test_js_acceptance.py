@@ -95,6 +95,12 @@ def test_the_fixture_is_the_documents_example_character_for_character() -> None:
     assert example.startswith(FIRST_LINE) and 'pi.exec("git", ["ls-files"' in example
 
 
+def test_the_guide_shows_the_same_example() -> None:
+    guide = (ROOT / "docs" / "typescript.md").read_text(encoding="utf-8")
+    start = guide.index("```ts\n") + len("```ts\n")
+    assert guide[start : guide.index("```", start)] == REPO_STATS.read_text(encoding="utf-8")
+
+
 # --- the CLI -------------------------------------------------------------------------------------
 
 
