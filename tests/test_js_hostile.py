@@ -348,7 +348,10 @@ BROKEN: dict[str, tuple[str, str]] = {
         'throw new TypeError("import broke");\nexport default () => [];\n',
         r"raised TypeError: import broke",
     ),
-    "syntax_error.ts": ("export default (pi) => {\n  return [\n", r"raised BuildMessage: Unexpected end of file"),
+    "syntax_error.ts": (
+        "export default (pi) => {\n  return [\n",
+        r"raised BuildMessage: Unexpected end of file at \S*syntax_error\.ts:2:\d+",
+    ),
     "no_default.ts": ("export const tool = { name: 'x' };\n", r"Tool must export a default function.*; add `export"),
     "factory_throws.ts": (
         'export default () => { throw new Error("factory broke"); };\n',
