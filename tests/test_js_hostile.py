@@ -214,6 +214,15 @@ async def test_forged_frames_are_a_protocol_error_and_the_host_survives(mode: st
     assert elapsed < 1.0  # ended at once, not at the timeout
 
 
+@pytest.mark.parametrize("args", [{"only": True}, {}], ids=["protocol-out", "every-fd"])
+async def test_closing_the_protocol_fds_is_a_crash_at_once(args: dict[str, Any]) -> None:
+    """The worker cannot answer any more: it takes its lifeline, and the host reports that, not a timeout."""
+    result, elapsed = await _call("close_fds", args)
+    assert result.kind == "crashed", result
+    assert "writing the response pipe failed (EBADF)" in result.text
+    assert elapsed < 1.0
+
+
 async def test_a_twenty_mib_result_arrives_whole() -> None:
     with trio.fail_after(60):
         async with make_runner(HOSTILE) as runner:

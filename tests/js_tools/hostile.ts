@@ -2,7 +2,7 @@
 // The twins of tests/tools/hostile.py and tests/tools/limits.py, for the Bun worker.
 import { dlopen, FFIType } from "bun:ffi";
 import { spawn } from "node:child_process";
-import { readdirSync, readFileSync, readlinkSync, writeFileSync, writeSync } from "node:fs";
+import { closeSync, readdirSync, readFileSync, readlinkSync, writeFileSync, writeSync } from "node:fs";
 
 const READY = { content: [{ type: "text", text: "started" }], details: null };
 
@@ -138,6 +138,19 @@ export default function factory(pi: any) {
         }
       }
       return "wrote garbage everywhere";
+    }),
+    tool("close_fds", async (_id: string, params: any) => {
+      // Closes every fd above 2 (the protocol pipes among them), then returns if it still can.
+      for (const fd of openFds()) {
+        if (fd > 2 && (params.only === undefined || fd === protocolOut())) {
+          try {
+            closeSync(fd);
+          } catch {
+            // already gone
+          }
+        }
+      }
+      return "closed";
     }),
     tool("forge_frames", async (_id: string, params: any) => {
       // Well-framed JSON-RPC that breaks the protocol's rules, on the real protocol fd.
