@@ -21,7 +21,9 @@ import trio
 from runner import SandboxPolicy
 
 from ._js import JS_TOOLS, require_bun, write_tool
+from ._mcp_clients import DEADLINE, open_session
 from .conftest import MACHINE, TOOLS, make_runner, needs_strict
+from .test_mcp import error_of, start_busy, text_of
 
 require_bun()
 
@@ -424,3 +426,22 @@ async def test_reading_stdin_at_import_sees_an_empty_stream(tmp_path: Path) -> N
             assert runner.errors == [], runner.errors
             result = await runner.call_tool("stdin_at_import")
     assert result.text == '["",""]'
+
+
+# --- through xcsh-run serve ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tool", ["busy_loop", "sleeper"])
+async def test_an_mcp_cancel_stops_a_typescript_tool_and_the_session_goes_on(tool: str, transport: str) -> None:
+    with trio.fail_after(DEADLINE):
+        async with open_session(transport, str(HOSTILE)) as s:
+            async with trio.open_nursery() as nursery:
+                scope, message, results = await start_busy(nursery, s, tool)
+                assert message == "started"  # the tool's first update, as the progress message
+                scope.cancel()  # the SDK sends notifications/cancelled for the request
+            assert results == []
+            assert text_of(await s.call_tool("heartbeat", {})) == "beat"
+            crashed = await s.call_tool("libc_exit", {"code": 13})
+            assert error_of(crashed)["kind"] == "crashed" and error_of(crashed)["exit_code"] == 13
+            assert text_of(await s.call_tool("heartbeat", {})) == "beat"
+        # Survivors are checked when the session ends, by the autouse fixture.
