@@ -5,8 +5,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 BENCH_STAMP := $(VENV)/.bench-installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# Bun and TypeBox for the TypeScript tools (runner/_bun.py pins their versions): installed once per pin.
+BUN_DIR := $(CURDIR)/.cache/bun
+BUN_EXE := $(BUN_DIR)/node_modules/bun/bin/bun.exe
+BUN_STAMP := $(BUN_DIR)/.installed-$(shell grep -E '^(BUN|TYPEBOX)_VERSION' runner/_bun.py | cksum | cut -d' ' -f1)
 
-.PHONY: setup run test stress check docs lint fuzz bench conformance wheel clean
+.PHONY: setup bun run test stress check docs lint fuzz bench conformance wheel clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "xcsh-run needs Python 3.11+, found " + sys.version.split()[0]'
@@ -21,17 +25,27 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+## Bun and TypeBox from the npm registry into .cache/bun (needs npm); the targets that run tools use it.
+$(BUN_STAMP): $(STAMP)
+	$(BIN)/xcsh-run install-bun --prefix $(BUN_DIR)
+	rm -f $(BUN_DIR)/.installed-*
+	touch $@
+
+bun: $(BUN_STAMP)
+
+run test stress bench: export XCSH_RUN_BUN := $(BUN_EXE)
+
 ## The bundled example: count the Python files tracked in this repository.
-run: $(STAMP)
+run: $(STAMP) $(BUN_STAMP)
 	$(BIN)/xcsh-run repo_stats --args '{"glob":"*.py"}'
 
 ## Lint, type-check, build the reference docs, then every test (the fuzz suite's quick profile included).
-test: check docs
+test: check docs $(BUN_STAMP)
 	$(BIN)/python -m pytest
 
 ## The load, sweep, fault and stress tests (marker `stress`) in their long versions (`make test` runs them
 ## short); extra flags: make stress STRESS_ARGS='-k load -x'.
-stress: $(STAMP)
+stress: $(STAMP) $(BUN_STAMP)
 	@# Each of these tests sets its own timeout; faulthandler's 110 s dump would only be noise here.
 	XCSH_RUN_STRESS=1 $(BIN)/python -m pytest -m stress -o faulthandler_timeout=0 $(STRESS_ARGS)
 
@@ -59,7 +73,7 @@ $(BENCH_STAMP): $(STAMP)
 	rm -f $(VENV)/.bench-installed-*
 	touch $@
 
-bench: $(BENCH_STAMP)
+bench: $(BENCH_STAMP) $(BUN_STAMP)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 ## The MCP conformance suite's server scenarios against `xcsh-run serve --http`, one row per scenario.
@@ -77,4 +91,4 @@ wheel: $(STAMP)
 	@ls dist/xcsh_run-*.whl
 
 clean:
-	rm -rf .cache/conformance $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info build dist
+	rm -rf .cache/conformance .cache/bun $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info build dist

@@ -2,11 +2,13 @@
 
 An entry is keyed on the module's resolved path and is valid only while its
 *fingerprint* matches: the content hash of the file (every ``.py`` file, for a
-package folder), the interpreter version, the xcsh-run version, and how it is
-loaded (entry-point module name and factory). Any change to the file, even one
-that keeps its size and mtime, gives a new fingerprint. Sibling helper modules
-a tool imports are not part of it: after editing only a helper, touch the tool
-or clear the cache (``~/.cache/xcsh-run``).
+package folder; every source file and ``.json`` outside ``node_modules``, for
+a JavaScript folder, with the Bun and JS worker that load it), the interpreter
+version, the xcsh-run version, and how it is loaded (entry-point module name
+and factory). Any change to the file, even one that keeps its size and mtime,
+gives a new fingerprint. Sibling helper modules a tool imports are not part of
+it: after editing only a helper, touch the tool or clear the cache
+(``~/.cache/xcsh-run``).
 A module's PEP 723 ``# /// script`` block is part of its content, and the
 environment it selects is made from this interpreter (``runner._envs``), so
 the fingerprint also settles which environment the module's tools come from.
@@ -29,6 +31,7 @@ import msgspec
 
 from worker import _protocol as p
 
+from . import _bun
 from ._discovery import Candidate
 
 # Part of every fingerprint: bumped when what an entry holds changes shape (2:
@@ -36,6 +39,7 @@ from ._discovery import Candidate
 # by an older xcsh-run is never read as a complete one.
 FORMAT: Final = 2
 _MAX_PACKAGE_FILES: Final = 2000
+_JS_SOURCES: Final = frozenset({".ts", ".tsx", ".mts", ".cts", ".js", ".jsx", ".mjs", ".cjs", ".json"})
 
 
 class CachedLoad(msgspec.Struct, frozen=True):
@@ -58,8 +62,18 @@ def fingerprint(candidate: Candidate, version: str) -> str | None:
     h.update(f"{FORMAT}\0{version}\0{sys.version}\0{sys.executable}\0".encode())
     h.update(f"{candidate.module}\0{candidate.sys_path}\0{candidate.factory}\0".encode())
     path = Path(candidate.resolved)
+    js = candidate.kind == "js"
+    if js:
+        # Which Bun and which JS worker describe it (none: a load error that installing Bun must clear).
+        runtime = _bun.locate()
+        h.update(f"js\0{runtime.bun if runtime else ''}\0{runtime.main if runtime else ''}\0".encode())
     try:
-        if path.is_dir():
+        if path.is_dir() and js:
+            # Its own sources and package.json, as a package's .py files; not what npm installed.
+            files = sorted(f for f in path.rglob("*") if f.suffix in _JS_SOURCES and "node_modules" not in f.parts)
+            if len(files) > _MAX_PACKAGE_FILES:
+                return None
+        elif path.is_dir():
             files = sorted(f for f in path.rglob("*.py") if "__pycache__" not in f.parts)
             if len(files) > _MAX_PACKAGE_FILES:
                 return None

@@ -8,7 +8,7 @@ The options, exit codes and argument parsing are in ``_cli_options``; what
 the commands print, in ``_cli_output``; SIGINT and SIGTERM, in ``_signals``;
 the app and the trio runner of every command, in ``_cli_app``; a tool's own
 flags and help, in ``_cli_fields``; completion, in ``_cli_complete``; serve
-and fuzz, in ``_cli_commands``; new and doctor, in a module each.
+and fuzz, in ``_cli_commands``; new, doctor and install-bun, in a module each.
 """
 
 from __future__ import annotations
@@ -248,7 +248,7 @@ def describe_command(
 
 
 # The other commands register themselves on the app, after these three (the order `--help` lists).
-from . import _cli_commands, _cli_doctor, _cli_new  # noqa: E402, F401
+from . import _cli_bun, _cli_commands, _cli_doctor, _cli_new  # noqa: E402, F401
 
 
 def _with_default_command(argv: list[str]) -> list[str]:

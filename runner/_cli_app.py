@@ -2,7 +2,7 @@
 
 The commands register themselves on :data:`app`: ``_cli`` has ``run``,
 ``list``, ``describe`` and the entry point; ``_cli_commands`` serve and fuzz;
-``_cli_new`` and ``_cli_doctor`` one each. ``--version`` is the app's own.
+``_cli_new``, ``_cli_doctor`` and ``_cli_bun`` one each. ``--version`` is the app's own.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ HELP = """Run LLM-agent custom tools in isolated, killable worker processes.
   xcsh-run fuzz TOOL                        fuzz a tool with arguments generated from its schema
   xcsh-run new NAME                         a new tool, with a test, in .xcsh/tools
   xcsh-run doctor                           what this machine's sandbox can enforce
+  xcsh-run install-bun                      Bun, for .ts/.js/.mjs tools (or bun on PATH)
 Every command takes --cwd DIR (as if started in DIR).
 
 \b

@@ -83,6 +83,7 @@ def report() -> dict[str, Any]:
         }
     machine = msgspec.to_builtins(found)
     return {
+        "bun": _bun_report(),
         "version": __version__,
         "python": sys.version.split()[0],
         "executable": sys.executable,
@@ -105,6 +106,28 @@ def report() -> dict[str, Any]:
         "default_level": DEFAULT_LEVEL,
         "ok": levels[DEFAULT_LEVEL]["starts"],
     }
+
+
+def _bun_report() -> dict[str, Any]:
+    from ._bun import BunError, locate, missing, version
+
+    runtime = locate()
+    if runtime is None:
+        return {"path": None, "version": None, "typebox": None, "problem": missing()}
+    try:
+        got: str | None = version(runtime.bun)
+        problem = None
+    except BunError as exc:
+        got, problem = None, str(exc)
+    return {"path": runtime.bun, "version": got, "found_by": runtime.found_by, "typebox": runtime.typebox or None,
+            "problem": problem}  # fmt: skip
+
+
+def _bun_line(bun: dict[str, Any]) -> str:
+    if bun["path"] is None or bun["problem"]:
+        return f"  Bun (.ts/.js tools):    {bun['problem']}"
+    typebox = bun["typebox"] or "not found (the tool API's typebox is unavailable)"
+    return f"  Bun (.ts/.js tools):    {bun['version']} at {bun['path']} (from {bun['found_by']}); TypeBox: {typebox}"
 
 
 def _yes(value: object) -> str:
@@ -130,6 +153,7 @@ def doctor_command(as_json: JsonOpt = False, cwd: CwdOpt = None) -> None:
         f"xcsh-run {data['version']} on Python {data['python']} ({data['executable']})",
         f"  project root: {data['project_root']}",
         f"  module cache: {data['cache_dir']}",
+        _bun_line(data["bun"]),
         "",
         "Machine:",
         f"  cgroup v2 (writable):   {_yes(m['cgroup_v2'])}"

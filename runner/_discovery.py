@@ -21,9 +21,15 @@ way git and uv find theirs.
 
 Rules:
 
-- Candidates are ``*.py`` files and package folders. Hidden and ``_private``
-  entries are skipped. ``.md`` and ``.json`` files are metadata: they are never
-  candidates, so they can never hide a module of the same name.
+- Candidates are ``*.py`` files and package folders (Python), and ``*.ts``,
+  ``*.js`` and ``*.mjs`` files and folders with a ``package.json`` or an
+  ``index.ts`` (JavaScript, run by Bun: ``runner._bun``); a folder with an
+  ``__init__.py`` is Python whatever else it holds. Hidden and ``_private``
+  entries, ``node_modules`` and ``.d.ts`` files are skipped. ``.md`` and
+  ``.json`` files are metadata: they are never candidates, so they can never
+  hide a module of the same name. In one folder, a Python module comes before
+  a JavaScript one of the same name (which it shadows in sources 1-4), so
+  adding a ``.ts`` file never hides a Python tool; otherwise by file name.
 - Within sources 1-4, a module whose name (file stem) was already found by a
   higher-precedence place is *shadowed*: not loaded, and reported as such.
 - One file reached twice (symlinks resolved) is listed once, at its first place.
@@ -40,6 +46,8 @@ from pathlib import Path
 from typing import Any, Final, NamedTuple
 
 import msgspec
+
+from ._bun import JS_SUFFIXES, is_js_folder, is_js_module, module_stem
 
 ENTRY_POINT_GROUP: Final = "xcsh.tools"
 
@@ -78,7 +86,12 @@ class Candidate(msgspec.Struct, frozen=True):
         base = os.path.basename(self.resolved.rstrip(os.sep))
         if base == "__init__.py":
             base = os.path.basename(os.path.dirname(self.resolved))
-        return base[:-3] if base.endswith(".py") else base
+        return module_stem(base)
+
+    @property
+    def kind(self) -> str:
+        """``python`` or ``js`` (run by Bun): how its worker is started."""
+        return "js" if self.module is None and is_js_module(self.resolved) else "python"
 
 
 class Shadowed(msgspec.Struct, frozen=True):
@@ -99,20 +112,37 @@ class Discovery(msgspec.Struct, frozen=True):
 
 def _is_candidate(entry: Path) -> bool:
     name = entry.name
-    if name.startswith((".", "_")):
+    if name.startswith((".", "_")) or name == "node_modules":
         return False
     if entry.is_dir():
-        return (entry / "__init__.py").is_file()
-    return name.endswith(".py") and entry.is_file()
+        return (entry / "__init__.py").is_file() or is_js_folder(entry)
+    if name.endswith(".d.ts"):
+        return False  # type declarations: no code
+    return name.endswith((".py", *JS_SUFFIXES)) and entry.is_file()
+
+
+def module_folder(path: Path) -> bool:
+    """Is this folder a module itself (a Python package, or a JS folder), rather than a folder of modules?"""
+    return (path / "__init__.py").is_file() or is_js_folder(path)
 
 
 def modules_in(folder: Path) -> list[Path]:
-    """Candidate modules directly inside ``folder``, sorted by name."""
+    """Candidate modules directly inside ``folder``, sorted by name; a Python module before a JS one of its name."""
     try:
         entries = sorted(folder.iterdir(), key=lambda e: e.name)
     except (FileNotFoundError, NotADirectoryError, PermissionError):
         return []
-    return [e for e in entries if _is_candidate(e)]
+    found = [e for e in entries if _is_candidate(e)]
+    python = {module_stem(e.name) for e in found if not is_js_module(str(e))}
+    late = [e for e in found if module_stem(e.name) in python and is_js_module(str(e))]
+    if not late:
+        return found
+    ordered = [e for e in found if e not in late]
+    for entry in late:  # right after the last Python module of its name, so precedence stays by name otherwise
+        stem = module_stem(entry.name)
+        at = max(i for i, e in enumerate(ordered) if module_stem(e.name) == stem)
+        ordered.insert(at + 1, entry)
+    return ordered
 
 
 def expand(path: str, cwd: str, home: str | None = None) -> Path:
@@ -415,7 +445,7 @@ def walk(
     config = ToolSource("config", "Config", "project")
     for configured in configured_paths:
         path = expand(configured, cwd, str(home_path))
-        if path.is_dir() and not (path / "__init__.py").is_file():
+        if path.is_dir() and not module_folder(path):
             yield from place(modules_in(path), config, by_name=False)
         else:
             # A named file is taken as asked, even if it is not a .py file, so

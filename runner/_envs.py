@@ -69,9 +69,12 @@ import trio
 
 from worker import _protocol as p
 
+from . import _bun
 from . import _script_meta as script_meta
+from ._bun import JsRuntime
 from ._cache import default_dir
 from ._discovery import Candidate
+from ._sandbox_paths import project_folder
 from ._script_meta import ScriptMeta, ScriptMetaError
 from ._terminal import verbose_on_stderr
 
@@ -466,3 +469,29 @@ async def for_module(candidate: Candidate, cache_dir: str | None) -> ToolEnv | N
         return None
     root = Path(cache_dir) if cache_dir is not None else default_dir()
     return await ensure(meta, root, label=candidate.name)
+
+
+async def runtime_for(candidate: Candidate, cache_dir: str | None) -> ToolEnv | JsRuntime | None:
+    """What the module's worker runs on: Bun for a JavaScript module, else :func:`for_module`."""
+    if candidate.kind != "js":
+        return await for_module(candidate, cache_dir)
+    runtime = _bun.locate()
+    if runtime is None:  # not cached (not deterministic): installing Bun clears it
+        raise EnvError(f"{candidate.resolved}: {_bun.missing()}")
+    return runtime
+
+
+def js_hint(candidate: Candidate, level: str) -> str:
+    """Why a JS module in a folder that holds a home directory fails to load under strict, and what to do."""
+    if level != "strict" or candidate.kind != "js" or os.path.isdir(candidate.resolved):
+        return ""
+    folder = os.path.dirname(candidate.resolved)
+    if project_folder(folder):
+        return ""
+    # strict grants such a module's file alone (``_sandbox.worker_config``): enough for Python, not for
+    # Bun, which reads the folder to import a file from it. Granting the folder would open the home.
+    return (
+        f" [under strict, Bun must read the folder {folder} to import the module, and strict does not grant "
+        "a folder that holds a home directory; move the module into a folder of its own, such as "
+        "~/.xcsh/agent/tools]"
+    )

@@ -16,12 +16,22 @@ import trio
 
 from . import _forkserver as forkserver
 from ._boundary import Boundary, CgroupRoot
+from ._bun import JsRuntime, js_env
 from ._envs import ToolEnv, readable_for_drop
 from ._errors import WorkerStartupError
 from ._faults import fault_point
 from ._forkserver import ForkServer
 from ._proc import NotificationHandler, RequestHandler, TeardownStats, WorkerProcess
-from ._sandbox import DROPPED_ENV, MiB, Probe, SandboxPolicy, build_env, dropped_env, worker_config
+from ._sandbox import (
+    DROPPED_ENV,
+    MiB,
+    Probe,
+    SandboxPolicy,
+    build_env,
+    dropped_env,
+    for_javascript,
+    worker_config,
+)
 from ._workdir import hand_over_workdir, make_workdir, remove_workdir
 
 log: Final = logging.getLogger("xcsh_run")
@@ -98,7 +108,12 @@ class ProcessFactory:
         )
 
     async def start(
-        self, policy: SandboxPolicy, module: str | None, *, has_ui: bool, tool_env: ToolEnv | None = None
+        self,
+        policy: SandboxPolicy,
+        module: str | None,
+        *,
+        has_ui: bool,
+        tool_env: ToolEnv | JsRuntime | None = None,
     ) -> WorkerProcess:
         """A started worker under ``policy``, in its own boundary and private workdir.
 
@@ -106,13 +121,16 @@ class ProcessFactory:
         project directory stands in for a spare, ``module`` None). With
         ``tool_env`` the worker runs on that environment's interpreter, started
         anew (a zygote runs the host's), and strict lets it read the environment.
+        With a ``JsRuntime`` the worker hands over to Bun after its sandbox (``worker._handoff``).
         Raises what :meth:`WorkerProcess.start` raises, WorkerStartupError for a
         host-side failure (no disk for the workdir, no cgroup), or ConfigError for a bad policy.
         """
         module = module if module is not None else self._cwd
         # Before anything is made for the worker: this waits (bounded) for a zygote still importing.
+        # The zygote forks Python workers on the host's interpreter: neither a tool env's nor Bun.
         server = self._forkserver(policy) if tool_env is None else None
-        if tool_env is not None:
+        js = tool_env if isinstance(tool_env, JsRuntime) else None
+        if isinstance(tool_env, ToolEnv):
             policy = policy.replace(extra_read_paths=(*policy.extra_read_paths, tool_env.path))
         if server is not None and not await server.ready():
             server = None
@@ -123,8 +141,11 @@ class ProcessFactory:
                 workdir = make_workdir()
             env = build_env(policy, self._env, workdir)
             config = worker_config(policy, self._probe, module=module, cwd=self._cwd, workdir=workdir, env=env)
-            if tool_env is not None:
+            if isinstance(tool_env, ToolEnv):
                 config = readable_for_drop(config, tool_env)
+            if js is not None:
+                env = js_env(env)
+                config = for_javascript(config, js.bun, js.read_paths())
             if workdir is not None and config.drop_uid is not None and config.drop_gid is not None:
                 try:
                     hand_over_workdir(workdir, config.drop_uid, config.drop_gid)
@@ -163,7 +184,8 @@ class ProcessFactory:
             on_notification=self.on_notification,
             teardown=self.teardown,
             forkserver=server,
-            python=tool_env.python if tool_env is not None else None,
+            python=tool_env.python if isinstance(tool_env, ToolEnv) else None,
+            worker_args=js.worker_args() if js is not None else (),
         )
 
     async def aclose(self) -> None:

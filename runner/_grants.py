@@ -71,8 +71,15 @@ class Grants(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         )
 
 
+class Runtime(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``[runtime]``: read by ``runner._bun`` from the user's file (``bun = "/path/to/bun"``); no grant."""
+
+    bun: str = ""
+
+
 class ConfigFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     trusted_projects: tuple[str, ...] = ()
+    runtime: Runtime = Runtime()
     sandbox: Grants = Grants()
     tools: dict[str, Grants] = {}
 
@@ -129,8 +136,8 @@ def _read(path: Path, base: Path) -> ConfigFile | None:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     except msgspec.ValidationError as exc:
         raise ConfigError(
-            f"{path}: {exc}; the file holds trusted_projects = [...], [sandbox] and [tools.NAME] tables with "
-            f"{', '.join(_GRANT_KEYS)}"
+            f"{path}: {exc}; the file holds trusted_projects = [...], [runtime] (bun = PATH), and [sandbox] and "
+            f"[tools.NAME] tables with {', '.join(_GRANT_KEYS)}"
         ) from None
     _check_ports(path, config)
 

@@ -40,6 +40,7 @@ logger = logging.getLogger("xcsh_run.mcp")
 
 # The file poll looks at most at this many files inside package folders.
 _MAX_WATCHED_FILES: Final = 2000
+_JS_WATCHED: Final = (".ts", ".tsx", ".mts", ".cts", ".js", ".jsx", ".mjs", ".cjs", ".json")
 
 
 class Generation:
@@ -208,7 +209,7 @@ class Runners:
                     self._current = None
 
     def _fingerprint(self) -> tuple[object, ...]:
-        """What the poll compares: the candidate files and their stat, plus packages' .py files."""
+        """What the poll compares: the candidate files and their stat, plus the source files in module folders."""
         entries: list[object] = []
         try:
             candidates = discover_custom_tool_paths(self._paths, self._cwd)
@@ -219,10 +220,12 @@ class Runners:
             entries.append((candidate.resolved, _stat_key(candidate.resolved)))
             if not os.path.isdir(candidate.resolved):
                 continue
+            # A JS folder's own sources, as the module cache fingerprints them; not what npm installed.
+            suffixes = _JS_WATCHED if candidate.kind == "js" else (".py",)
             for root, dirs, files in os.walk(candidate.resolved):
-                dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__")
+                dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in ("__pycache__", "node_modules"))
                 for name in sorted(files):
-                    if name.endswith(".py") and watched < _MAX_WATCHED_FILES:
+                    if name.endswith(suffixes) and watched < _MAX_WATCHED_FILES:
                         path = os.path.join(root, name)
                         entries.append((path, _stat_key(path)))
                         watched += 1

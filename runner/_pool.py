@@ -38,6 +38,7 @@ import trio
 
 from worker import _protocol as p
 
+from ._bun import JsRuntime
 from ._envs import ToolEnv
 from ._errors import ConfigError, RemoteProtocolError, WorkerError
 from ._housekeeping import Housekeeping
@@ -52,11 +53,12 @@ class WorkerFactory(Protocol):
     """Starts workers for the pool; the seam where tests put fake workers."""
 
     async def start(
-        self, policy: SandboxPolicy, module: str | None, *, has_ui: bool, tool_env: ToolEnv | None = None
+        self, policy: SandboxPolicy, module: str | None, *, has_ui: bool, tool_env: ToolEnv | JsRuntime | None = None
     ) -> PoolWorker:
         """A started worker under ``policy``; ``module`` None for a spare (no module yet).
 
-        ``tool_env``: the module's own environment (``runner._envs``), whose interpreter it runs on.
+        ``tool_env``: the module's own environment (``runner._envs``), whose interpreter it runs on; or
+        for a JavaScript module, the Bun it runs on (``runner._bun``).
 
         Raises OSError, WorkerError, RemoteProtocolError or ConfigError; the
         worker is gone before it raises or is cancelled.
@@ -238,14 +240,15 @@ class WorkerPool:
         module: str,
         policy: SandboxPolicy,
         load: Callable[[PoolWorker], Awaitable[R]],
-        tool_env: ToolEnv | None = None,
+        tool_env: ToolEnv | JsRuntime | None = None,
     ) -> tuple[Slot, R]:
         """A spare (or a new worker) under ``policy`` given ``module``, and what ``load(worker)`` returned.
 
         The slot is LOADING: :meth:`occupy` or :meth:`release` it. On any
         failure, and on cancellation, the worker is retired (shielded) first.
         A module with its own environment (``tool_env``) always gets a new
-        worker on that environment's interpreter: spares run the host's.
+        worker on that environment's interpreter: spares run the host's (a
+        JavaScript module's is its Bun's: spares are Python workers).
         """
         slot: Slot | None = None
         ok = False
@@ -423,7 +426,9 @@ class WorkerPool:
                 log.warning("could not start a spare worker: %s", exc)
         return None
 
-    async def _start(self, policy: SandboxPolicy, module: str | None, tool_env: ToolEnv | None = None) -> Slot:
+    async def _start(
+        self, policy: SandboxPolicy, module: str | None, tool_env: ToolEnv | JsRuntime | None = None
+    ) -> Slot:
         has_ui = self.has_ui
         if tool_env is None:  # a factory that knows no environments (a test's fake) is called as before
             worker = await self.factory.start(policy, module, has_ui=has_ui)

@@ -24,7 +24,7 @@ import contextlib
 import functools
 import itertools
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -109,6 +109,7 @@ class WorkerProcess:
         teardown: TeardownStats | None = None,
         forkserver: ForkServer | None = None,
         python: str | None = None,
+        worker_args: Sequence[str] = (),
     ) -> WorkerProcess:
         """Spawn a worker, attach it to ``boundary`` and run the handshake.
 
@@ -124,7 +125,7 @@ class WorkerProcess:
         """
         process = SupervisedProcess(
             module=module, boundary=boundary, workdir=workdir, output_limit=output_limit, teardown=teardown,
-            forkserver=forkserver, python=python,
+            forkserver=forkserver, python=python, worker_args=worker_args,
         )  # fmt: skip
         self = cls(process, max_frame_bytes=max_frame_bytes)
         # Before the worker can say anything: a factory may already use the UI or the logger.
@@ -448,8 +449,7 @@ class WorkerProcess:
     async def call(self, method: p.Method[P, R], params: P) -> R:
         """Send a request and wait for its typed result (raises what :meth:`InFlight.outcome` raises).
 
-        Cancellation: the request is abandoned; the worker may still be working
-        on it, so the caller must stop the worker.
+        Cancellation: the request is abandoned; the worker may still work on it: stop the worker.
         """
         return await _outcome(await self.start_call(method, params))
 

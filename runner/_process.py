@@ -44,7 +44,7 @@ import resource
 import signal
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -112,11 +112,12 @@ class SupervisedProcess(ResourceUse):
         teardown: TeardownStats | None = None,
         forkserver: ForkServer | None = None,
         python: str | None = None,
+        worker_args: Sequence[str] = (),
     ) -> None:
         self.module = module
         # Forks the worker when it can (``runner._forkserver``); else Popens ours or a tool env's (never zygoted).
         self.forkserver = forkserver
-        self.python = python or sys.executable
+        self.python, self.worker_args = python or sys.executable, tuple(worker_args)  # the args: a JS worker's
         self.boundary = boundary
         self.workdir = workdir
         self.output = OutputCapture(output_limit, self.kill_tree, lambda: (self.module, self.pid))
@@ -179,7 +180,7 @@ class SupervisedProcess(ResourceUse):
             for fd in (to_w, from_w) if pipe_bytes > _DEFAULT_PIPE_BYTES else ():
                 with contextlib.suppress(OSError):  # best effort: over the user's pipe pages, say
                     fcntl.fcntl(fd, _F_SETPIPE_SZ, pipe_bytes)
-            argv = [*worker_command(self.python), "--fd-in", str(to_r), "--fd-out", str(from_w)]
+            argv = [*worker_command(self.python), "--fd-in", str(to_r), "--fd-out", str(from_w), *self.worker_args]
             fault_point("popen")
             forked = self.forkserver.try_fork(cwd, env, (to_r, from_w, out_w, err_w)) if self.forkserver else None
             # Blocking on purpose, on the trio thread: see Rule 1 above.
@@ -479,8 +480,7 @@ class SupervisedProcess(ResourceUse):
                 )
             return
         self.teardown.overrun(f"worker {self.pid} ({self.module}) did not exit {KILL_WAIT_SECONDS:g} s after SIGKILL")
-        # Its supervisor is shielded and would wait for that exit forever,
-        # holding the runner's nursery open: end it (bounded teardown).
+        # Its supervisor is shielded and would wait for that exit forever, holding the runner's nursery open.
         self._supervision.cancel()
 
     async def wait_exited(self) -> None:

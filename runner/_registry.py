@@ -338,7 +338,7 @@ class ToolRegistry:
 
         try:
             # Before the load's timeout: a first build of the module's own environment takes a while.
-            tool_env = await envs.for_module(candidate, self._config.cache_dir)
+            tool_env = await envs.runtime_for(candidate, self._config.cache_dir)
             with trio.move_on_after(timeout):
                 slot, result = await self._pool.start_loaded(module, policy, load, tool_env)
                 slot.loaded = result
@@ -352,7 +352,8 @@ class ToolRegistry:
             raise LoadFailed(str(exc), deterministic=exc.deterministic) from None
         except RemoteError as exc:
             # The module itself refused to load: the same file will fail the same way.
-            raise LoadFailed(exc.error.message, _tail(worker), deterministic=True) from None
+            message = exc.error.message + envs.js_hint(candidate, policy.level)
+            raise LoadFailed(message, _tail(worker), deterministic=True) from None
         except ConfigError as exc:
             raise LoadFailed(f"{module}: {exc}") from None
         except WorkerDied as exc:
@@ -469,6 +470,8 @@ def _differences(planned: ToolInfo, real: ToolInfo) -> list[str]:
 
 
 def _load_params(candidate: Candidate) -> p.LoadParams:
+    if candidate.kind == "js":  # the JS loader imports the file or folder; the rest is Python's
+        return p.LoadParams(path=candidate.resolved)
     return p.LoadParams(
         path=candidate.resolved, module=candidate.module, sys_path=candidate.sys_path, factory=candidate.factory
     )

@@ -405,3 +405,32 @@ def worker_config(
         drop_uid=_DROP_UID if drop else None,
         drop_gid=_DROP_UID if drop else None,
     )
+
+
+# What only a JavaScript worker gets at ``strict`` (docs/typescript.md lists them): running
+# Bun, which the worker execs after its sandbox, needs the file and its ELF loader to be
+# executable; Bun reads its own folder, the JS worker's sources and TypeBox's package; and
+# Bun aborts at start without its own /proc/<pid> (measured: /dev/urandom and
+# /sys/fs/cgroup are not needed). "/proc/self" is opened by the worker itself when it
+# applies Landlock, so the rule is on the worker's own /proc/<pid> (the pid Bun keeps),
+# never on /proc as a whole nor on any other process's; it is not resolved here.
+JS_READ_PATHS: Final[tuple[str, ...]] = ("/proc/self",)
+
+
+def for_javascript(config: p.SandboxConfig, bun: str, read: Sequence[str]) -> p.SandboxConfig:
+    """``config`` for a worker that execs ``bun`` after applying it: more to run and read at ``strict``.
+
+    The uid drop needs nobody to reach all of it; else the worker stays the
+    host's uid, without capabilities, as for a module nobody can read.
+    """
+    if config.level != "strict":
+        return config
+    added = [os.path.realpath(r) for r in read if r and os.path.exists(r)]
+    drop = config.drop_uid is not None and all(_world_runnable(path) for path in (bun, *added))
+    return msgspec.structs.replace(
+        config,
+        read_paths=list(dict.fromkeys((*config.read_paths, *added, *JS_READ_PATHS))),
+        exec_paths=list(dict.fromkeys((*config.exec_paths, *executables([os.path.realpath(bun)])))),
+        drop_uid=config.drop_uid if drop else None,
+        drop_gid=config.drop_gid if drop else None,
+    )

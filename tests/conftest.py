@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 import trio
 
-from runner import Runner, open_runner
+from runner import Runner, _bun, open_runner
 from runner._boundary import CgroupRoot
 from runner._fuzz_procs import marked_processes as scan_marked
 from runner._sandbox import Probe
@@ -61,6 +61,24 @@ def _machine() -> Probe:
     finally:
         if root is not None:
             root.remove()
+
+
+# Bun for the JavaScript tools' tests, found once, before each test's empty HOME and
+# cache hide the default install dir: the runners and CLI hosts the tests start inherit it.
+if not os.environ.get(_bun.BUN_ENV) and (_found := _bun.locate()) is not None:
+    os.environ[_bun.BUN_ENV] = _found.bun
+BUN = os.environ.get(_bun.BUN_ENV) or None
+
+
+@pytest.fixture
+def bun() -> str:
+    """The Bun executable; a test of JS tools is skipped without one, except under CI=true where it fails."""
+    if BUN is None or not os.access(BUN, os.X_OK):
+        message = f"no Bun for the JavaScript tools' tests: {_bun.missing()}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return BUN
 
 
 MACHINE = _machine()

@@ -60,6 +60,7 @@ RANKS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "runner._signals",
             "runner._envs",
             "runner._script_meta",
+            "runner._bun",
         ),
     ),
     # WorkerProcess: the trio adapter over the protocol's connection.

@@ -299,6 +299,10 @@ class Connection:
             self._eof = True
         self._decoder.received(n)
 
+    def unread(self) -> bytes:
+        """The bytes received but not yet decoded (``FrameDecoder.unread``): the handshake hands them to Bun."""
+        return self._decoder.unread()
+
     def receive_message(self, message: Message) -> None:
         """A whole message, for transports that split and decode messages themselves."""
         if self._error is not None:

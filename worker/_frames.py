@@ -160,6 +160,16 @@ class FrameDecoder:
         pending = len(self._buf) - self._pos
         return pending if self._frame is None else pending + HEADER_BYTES + self._filled
 
+    def unread(self) -> bytes:
+        """The bytes received but not yet returned as messages, as they came (for a reader taking over the stream).
+
+        An incomplete frame's header is given back with what arrived of its body.
+        """
+        rest = bytes(memoryview(self._buf)[self._pos :])  # after the frame's bytes, if one is being received
+        if self._frame is None:
+            return rest
+        return len(self._frame).to_bytes(HEADER_BYTES, "big") + bytes(memoryview(self._frame)[: self._filled]) + rest
+
     @property
     def ended(self) -> bool:
         """True once the end of the stream was received."""

@@ -18,6 +18,9 @@ Lifecycle (each step is the only thing happening at that point):
 4. The main thread serves ``load`` once, then ``call`` requests one at a time,
    until ``shutdown``.
 
+A JavaScript worker (``--bun``/``--js-main``) runs step 2 up to the sandbox
+here, then ``exec``s Bun, which answers and serves (``_handoff``).
+
 Cancellation: the host sends ``$/cancel`` and then SIGTERM. The handler raises
 :class:`ToolCancelled` in a synchronous tool and cancels an async tool's task.
 A tool that ignores both is killed by the host after the grace period.
@@ -36,7 +39,7 @@ from typing import NoReturn
 
 import msgspec
 
-from . import _env, _explain, _sigterm, pi
+from . import _env, _explain, _handoff, _sigterm, pi
 from . import _methods as m
 from ._api import HostLink, ToolAPI
 from ._calls import AsyncBridge, Call, Ctx, Outcome, decode_arguments, execute
@@ -383,7 +386,9 @@ def _parse_fds(argv: list[str]) -> tuple[int, int]:
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
-    fd_in, fd_out = _parse_fds(sys.argv[1:] if argv is None else argv)
+    args = sys.argv[1:] if argv is None else argv
+    fd_in, fd_out = _parse_fds(args)
+    js = _handoff.parse(args)  # a JavaScript worker: Bun takes over after the sandbox (``_handoff``)
     # The host owns cancellation: a Ctrl-C meant for the host must not kill a
     # tool half-way (workers also live in their own session).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -456,6 +461,14 @@ def main(argv: list[str] | None = None) -> NoReturn:
             unenforced += _sandbox.apply(init.sandbox)
         except _sandbox.SandboxError as exc:
             refuse(ErrorCode.SANDBOX_UNAVAILABLE, f"sandbox not applied: {exc}")
+    if js is not None:
+        # Still single-threaded, nothing but the initialize frame read: whatever
+        # came after it goes to Bun with the rest of the handshake.
+        buffered = channel.locked(lambda conn: conn.unread())
+        _handoff.exec_bun(
+            js, init_id=init_id, params=init, unenforced=unenforced, supervisor=supervisor,
+            fds=(fd_in, fd_out, kill_fd), buffered=buffered, refuse=refuse,
+        )  # fmt: skip
     _env.watch_dropped()
     _explain.install(init.sandbox)
     worker = Worker(channel, init, kill_fd)

@@ -1,0 +1,5 @@
+function main() {
+  process.exit(1);
+}
+main();
+export default () => [];

@@ -1,0 +1,3 @@
+export default async () => {
+  throw new EvalError("factory broke");
+};

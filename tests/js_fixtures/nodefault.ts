@@ -1,0 +1,1 @@
+export const tool = { name: "named", description: "only a named export" };

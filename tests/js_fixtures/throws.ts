@@ -1,0 +1,1 @@
+throw new URIError("broken at import");

@@ -1,0 +1,395 @@
+/**
+ * The JavaScript worker (docs/protocol.md), run by Bun once the Python launch step
+ * (worker/_handoff.py) has checked the host's `initialize`, entered the boundary
+ * and applied the sandbox, and exec'd Bun in its place with the handoff in
+ * XCSH_WORKER_INIT. This side answers `initialize` and serves everything after it.
+ *
+ * Threads: the main thread runs tool code and everything else; the reader thread
+ * (reader.ts) reads fd_in at all times and takes the lifeline on its own, since a
+ * tool may busy-loop here. Requests are served one at a time, in arrival order;
+ * `$/cancel`, `ui/changed` and answers to the worker's own requests are handled
+ * as soon as the main thread's event loop gets them. A tool that never yields
+ * (`for (;;) {}`) therefore sees neither `$/cancel` nor SIGTERM: the host kills
+ * the boundary at the end of its grace period, as for any tool that ignores both.
+ *
+ * Tool code never ends the worker: while the worker runs, `process.exit` (and
+ * `process.reallyExit`) throw a ProcessExit error into the code that called them,
+ * which ends that call as a `tool_error` (or the load as a `load_error`). An
+ * unhandled rejection or uncaught exception fails the running call (or load);
+ * outside one it is a line on stderr, and the worker serves on. */
+import * as fs from "node:fs";
+import { type WorkerApi, makeApi } from "./api.ts";
+import { Call, type CallDeps, FrameOverLimit, type Outcome, failure, startCall } from "./calls.ts";
+import { Code, DEFAULT_MAX_FRAME_BYTES, type ErrorObject, type Id, type Message, encodeFrame, errorObject } from "./frames.ts";
+import type { HostLink } from "./hostlink.ts";
+import { leadsGroup, lifeline, say } from "./lifeline.ts";
+import { type LoadedTool, WORKER_DIR, loadTools, toolRoot } from "./loader.ts";
+import { NOTICES, REQUESTS, State, checkParams, quoted } from "./methods.ts";
+import { ProcessExit, errorMessage, errorType } from "./results.ts";
+import { handleRender, handleResolve, handleSession } from "./hooks.ts";
+
+// Bun's process.exit ends in process.reallyExit: both are trapped for tool code
+// (below), and both are put back for the worker's own exits.
+const originalExit = process.exit;
+const originalReallyExit = (process as any).reallyExit;
+function realExit(code: number): never {
+  (process as any).reallyExit = originalReallyExit;
+  return originalExit.call(process, code);
+}
+
+// --- the handoff: read and forget it before any tool code can see it --------------
+const rawInit = process.env.XCSH_WORKER_INIT;
+delete process.env.XCSH_WORKER_INIT;
+interface Init {
+  id: Id;
+  params: Record<string, any>;
+  unenforced?: string[];
+  supervisor?: number;
+  fd_in: number;
+  fd_out: number;
+  kill_fd?: number;
+  buffered?: string;
+  typebox?: string;
+}
+let init: Init;
+try {
+  init = JSON.parse(rawInit ?? "");
+  if (!Number.isInteger(init.fd_in) || !Number.isInteger(init.fd_out) || typeof init.params !== "object") throw new Error("fds");
+} catch {
+  say("usage: started by the xcsh-run host only (XCSH_WORKER_INIT is missing or malformed)");
+  realExit(2);
+}
+// Bun.spawn without `env` passes the environment Bun started with (a snapshot that
+// neither `delete process.env.X` nor unsetenv(3) reaches), handoff included: give
+// it process.env instead, as node:child_process and Bun.$ already do. So a tool's
+// child sees the environment the tool sees, with any change the tool made to it.
+for (const name of ["spawn", "spawnSync"] as const) {
+  const original = (Bun as any)[name];
+  (Bun as any)[name] = function (this: unknown, first: any, second?: any) {
+    if (Array.isArray(first)) return original.call(this, first, { env: process.env, ...(second ?? {}) });
+    if (first !== null && typeof first === "object") return original.call(this, { env: process.env, ...first }, second);
+    return original.call(this, first, second);
+  };
+}
+const FD_OUT = init.fd_out;
+const KILL_FD = Number.isInteger(init.kill_fd) ? (init.kill_fd as number) : -1;
+const LEADER = leadsGroup();
+const MAX_FRAME = Number(init.params.max_frame_bytes ?? DEFAULT_MAX_FRAME_BYTES);
+
+// --- the connection: state, ids, writing -------------------------------------------
+let state = State.READY;
+let hasUI = init.params.has_ui === true;
+const unanswered = new Set<Id>(); // host requests queued or being served
+const outstanding = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
+let lastId = 0;
+const queue: { id: Id; method: string; params: Record<string, any> }[] = [];
+let serving = false;
+const cancels = new Map<string, string>(); // $/cancel for calls not running (yet)
+let current: Call | null = null;
+let onUnhandled: ((exc: unknown, how: string) => void) | null = null;
+let tools = new Map<string, LoadedTool>();
+let loaded = false;
+let root: string | null = null;
+let api: WorkerApi | null = null; // made at load, so that a broken tool API is that load's error
+const NO_PENDING = { take: () => undefined };
+
+function die(why: string): never {
+  return lifeline(KILL_FD, LEADER, why, realExit);
+}
+
+/** Writes a whole frame; synchronous, so frames leave in the order they were made (an update before its answer). */
+function write(frame: Uint8Array): void {
+  let at = 0;
+  while (at < frame.length) {
+    try {
+      at += fs.writeSync(FD_OUT, frame, at, frame.length - at);
+    } catch (exc) {
+      const code = (exc as NodeJS.ErrnoException).code;
+      if (code === "EAGAIN" || code === "EINTR") continue;
+      die(`writing the response pipe failed (${code ?? exc}): the host is gone`);
+    }
+  }
+}
+
+/** Encodes a message, throwing what JSON.stringify throws, or FrameOverLimit. */
+function frameOf(message: Record<string, unknown>): Uint8Array {
+  const frame = encodeFrame(message);
+  if (frame.length - 4 > MAX_FRAME) throw new FrameOverLimit(frame.length - 4, MAX_FRAME);
+  return frame;
+}
+
+function notify(method: string, params: Record<string, unknown>): void {
+  write(frameOf({ method, params }));
+}
+
+function reply(id: Id, outcome: Outcome): void {
+  unanswered.delete(id);
+  if ("error" in outcome) {
+    write(errorFrame(id, outcome.error));
+    return;
+  }
+  let frame: Uint8Array;
+  try {
+    frame = frameOf({ id, result: outcome.result });
+  } catch (exc) {
+    const error =
+      exc instanceof FrameOverLimit
+        ? errorObject(
+            Code.LIMIT_EXCEEDED,
+            `the result ${exc.message}; return less data (or raise the host's max_frame_bytes)`,
+            { limit: "output" },
+          )
+        : errorObject(
+            Code.TOOL_ERROR,
+            `the result's details are not JSON-serialisable: ${errorMessage(exc)}; return only plain objects, arrays, strings, numbers, booleans and null`,
+          );
+    frame = errorFrame(id, error);
+  }
+  write(frame);
+}
+
+/** An error answer; one whose message or traceback would not fit in a frame is cut down, so the host still gets it. */
+function errorFrame(id: Id, error: ErrorObject): Uint8Array {
+  const frame = encodeFrame({ id, error });
+  if (frame.length - 4 <= MAX_FRAME) return frame;
+  const cut = (text: unknown) => (typeof text === "string" && text.length > 2048 ? `${text.slice(0, 2048)}... (cut to fit the frame limit)` : text);
+  const data = error.data as Record<string, unknown> | undefined;
+  const small = { ...error, message: cut(error.message) as string, data: data && { ...data, traceback: cut(data.traceback) } };
+  const again = encodeFrame({ id, error: small });
+  return again.length - 4 <= MAX_FRAME ? again : encodeFrame({ id, error: { code: error.code, message: "the error was too large to send" } });
+}
+
+function refuse(id: Id, code: number, message: string): void {
+  write(encodeFrame({ id, error: { code, message } })); // a refusal carries no data
+}
+
+const link: HostLink = {
+  cwd: String(init.params.cwd ?? process.cwd()),
+  hasUI: () => hasUI,
+  currentCallId: () => (current !== null && !current.done ? current.callId : null),
+  notify: (method, params) => notify(method, params),
+  request(method, params): Promise<unknown> {
+    const id = ++lastId;
+    const frame = frameOf({ id, method, params });
+    return new Promise((resolve, reject) => {
+      outstanding.set(id, { resolve, reject });
+      write(frame);
+    });
+  },
+};
+
+const deps: CallDeps = {
+  get toolRoot() {
+    return root;
+  },
+  workerDir: WORKER_DIR,
+  maxFrameBytes: MAX_FRAME,
+  notify,
+  currentCallId: () => link.currentCallId(),
+};
+
+// --- receiving ----------------------------------------------------------------------
+function receive(msg: Message): void {
+  if (msg.kind === "request") {
+    const { id, method } = msg;
+    const allowed = REQUESTS[method];
+    if (allowed === undefined) return refuse(id, Code.METHOD_NOT_FOUND, `unknown method ${quoted(method)}`);
+    if (unanswered.has(id)) return refuse(id, Code.INVALID_REQUEST, `request id ${JSON.stringify(id)} is already in use`);
+    if (!allowed.includes(state)) {
+      return refuse(id, Code.INVALID_REQUEST, `'${method}' is not allowed while the connection is ${State[state]}`);
+    }
+    const why = checkParams(method, msg.params);
+    if (why !== null) return refuse(id, Code.INVALID_PARAMS, `bad ${method} params: ${why}`);
+    unanswered.add(id);
+    if (method === "shutdown") state = State.CLOSING;
+    queue.push({ id, method, params: msg.params as Record<string, any> });
+    void pump();
+  } else if (msg.kind === "notification") {
+    if (!NOTICES.has(msg.method)) return; // unknown notifications are ignored, as JSON-RPC allows
+    const why = checkParams(msg.method, msg.params);
+    if (why !== null) die(`the host sent a malformed message: malformed '${msg.method}' message: ${why}`);
+    const params = msg.params as Record<string, any>;
+    if (msg.method === "ui/changed") hasUI = params.has_ui;
+    else cancel(params.call_id, params.reason);
+  } else {
+    const rid = msg.id;
+    const waiter = typeof rid === "number" ? outstanding.get(rid) : undefined;
+    if (waiter === undefined) {
+      if (typeof rid === "number" && rid > 0 && rid <= lastId) die(`the host sent a malformed message: a second answer to request ${rid}`);
+      die(`the host sent a malformed message: response to a request id the worker never sent: ${JSON.stringify(rid)}`);
+    }
+    outstanding.delete(rid as number);
+    if (msg.kind === "error") waiter.reject(new Error(`the host refused ui: ${msg.error.message}`));
+    else waiter.resolve(msg.result);
+  }
+}
+
+function cancel(callId: string, reason: string): void {
+  if (current !== null && current.callId === callId && !current.done) {
+    current.abort(reason);
+    return;
+  }
+  cancels.set(callId, reason);
+}
+
+// --- serving, one request at a time ---------------------------------------------------
+async function pump(): Promise<void> {
+  if (serving) return;
+  serving = true;
+  try {
+    while (queue.length) {
+      const req = queue.shift()!;
+      let outcome: Outcome;
+      try {
+        outcome = await serve(req.method, req.params);
+      } catch (exc) {
+        outcome = { error: errorObject(Code.TOOL_ERROR, `the worker failed serving '${req.method}': ${errorType(exc)}: ${errorMessage(exc)}`) };
+      }
+      reply(req.id, outcome);
+      if (req.method === "shutdown") realExit(0);
+    }
+  } finally {
+    serving = false;
+  }
+}
+
+async function serve(method: string, params: Record<string, any>): Promise<Outcome> {
+  switch (method) {
+    case "load":
+      return load(params);
+    case "call":
+      return call(params);
+    case "session":
+      return handleSession(params, tools, deps);
+    case "render":
+      return handleRender(params, tools, uiTheme());
+    case "pending/resolve":
+      return handleResolve(params, api?.pending ?? NO_PENDING);
+    case "shutdown":
+      return { result: null };
+  }
+  return { error: { code: Code.METHOD_NOT_FOUND, message: `unknown method ${quoted(method)}` } };
+}
+
+function uiTheme(): unknown {
+  try {
+    return (api?.api.ui as { theme?: unknown } | undefined)?.theme;
+  } catch {
+    return undefined;
+  }
+}
+
+async function load(params: Record<string, any>): Promise<Outcome> {
+  if (loaded) return { error: errorObject(Code.LOAD_ERROR, "this worker already loaded a module; start a new worker") };
+  loaded = true;
+  const path = String(params.path);
+  root = toolRoot(path);
+  try {
+    api = makeApi(link, { typeboxDir: init.typebox ?? "" });
+  } catch (exc) {
+    const message = `${path}: the worker's tool API could not be set up: ${errorType(exc)}: ${errorMessage(exc)}`;
+    return { error: errorObject(Code.LOAD_ERROR, message, { traceback: exc instanceof Error ? exc.stack : undefined }) };
+  }
+  const toolApi = api.api;
+  let unhandled!: (o: Outcome) => void;
+  const failed = new Promise<Outcome>((resolve) => {
+    unhandled = resolve;
+  });
+  let over = false; // answered already (a stray error failed the load): a late factory result must not count
+  onUnhandled = (exc, how) =>
+    unhandled({
+      error: errorObject(Code.LOAD_ERROR, `${path}: ${how} while loading: ${errorType(exc)}: ${errorMessage(exc)}`, {
+        traceback: exc instanceof Error ? exc.stack : undefined,
+      }),
+    });
+  try {
+    const done = loadTools(path, toolApi).then((value): Outcome => {
+      if (over) return { error: errorObject(Code.LOAD_ERROR, "superseded") };
+      if ("code" in value) return { error: value as ErrorObject };
+      tools = value.tools;
+      state = State.LOADED;
+      return { result: value.result };
+    });
+    return await Promise.race([done, failed]);
+  } finally {
+    over = true;
+    onUnhandled = null;
+  }
+}
+
+async function call(params: Record<string, any>): Promise<Outcome> {
+  const tool = tools.get(params.tool);
+  if (tool === undefined) return { error: errorObject(Code.NOT_FOUND, `this worker has no tool named '${params.tool}'`) };
+  const running = new Call(params.call_id);
+  current = running;
+  const early = cancels.get(running.callId);
+  cancels.delete(running.callId);
+  // A kept cancel whose call is not queued is for a call already answered: forget it.
+  const queued = new Set(queue.filter((r) => r.method === "call").map((r) => r.params.call_id));
+  for (const id of cancels.keys()) if (!queued.has(id)) cancels.delete(id);
+  if (early !== undefined) running.abort(early);
+  onUnhandled = (exc, how) => running.finish(failure(exc, tool, deps, `${how} while the call ran; await or catch every promise`));
+  try {
+    return await startCall(running, tool, params, deps);
+  } finally {
+    onUnhandled = null;
+    current = null;
+    try {
+      api?.endCall(running.callId);
+    } catch (exc) {
+      say(`ending call ${running.callId} failed: ${errorMessage(exc)}`);
+    }
+  }
+}
+
+// --- signals, exits and stray errors ------------------------------------------------
+process.on("SIGINT", () => {}); // the host owns cancellation: a Ctrl-C meant for it must not stop a tool
+process.on("SIGTERM", () => {
+  const running = current;
+  if (running === null || running.done) realExit(0); // idle: the host is stopping this worker
+  if (running.controller.signal.aborted || running.terminating !== null) return;
+  // The host writes $/cancel (with the reason) before SIGTERM; the reader may not
+  // have handed it over yet, so wait a little for it before using "terminated".
+  running.terminating = setTimeout(() => running.abort(running.reason ?? "terminated"), 100);
+});
+const trap = (code?: unknown): never => {
+  throw new ProcessExit(code ?? 0);
+};
+(process as any).exit = trap;
+(process as any).reallyExit = trap;
+function stray(how: string) {
+  return (exc: unknown): void => {
+    if (onUnhandled !== null) return onUnhandled(exc, how);
+    say(`${how} outside any call (ignored): ${exc instanceof Error ? exc.stack : errorMessage(exc)}`);
+  };
+}
+process.on("uncaughtException", stray("an uncaught exception"));
+process.on("unhandledRejection", stray("an unhandled promise rejection"));
+
+// --- start: the reader, the answer to initialize, the API ---------------------------
+const reader = new Worker(new URL("./reader.ts", import.meta.url).href, {
+  workerData: {
+    fdIn: init.fd_in,
+    killFd: KILL_FD,
+    leader: LEADER,
+    maxFrameBytes: MAX_FRAME,
+    buffered: Buffer.from(init.buffered ?? "", "base64"),
+  },
+} as WorkerOptions);
+reader.onmessage = (event: MessageEvent) => {
+  for (const msg of event.data as Message[]) receive(msg);
+};
+reader.onerror = (event) => die(`the reader thread failed: ${(event as ErrorEvent).message}`);
+
+write(
+  encodeFrame({
+    id: init.id,
+    result: {
+      protocol_version: 1,
+      pid: process.pid,
+      python: `bun ${Bun.version}`,
+      unenforced: init.unenforced ?? [],
+      supervisor: init.supervisor ?? 0,
+    },
+  }),
+);
