@@ -1,9 +1,11 @@
 """What the TypeScript tool tests share: where Bun is, and the rule that CI never skips them.
 
-The host finds Bun through ``XCSH_RUN_BUN``, then ``PATH`` (docs/typescript.md);
-these tests look in the same places. Without Bun, a developer's run skips them
-with the reason; under ``CI=true`` a missing Bun fails the module instead, so
-a CI machine that lost its Bun cannot pass by skipping.
+conftest.py finds Bun once, as the host does (``XCSH_RUN_BUN``, ``[runtime]``,
+the install dir, ``PATH``: runner/_bun.py), and exports it for every process a
+test starts. Without Bun, a developer's run skips these modules with the
+reason; under ``CI=true`` a missing Bun fails them instead, so a CI machine
+that lost its Bun cannot pass by skipping (conftest's ``bun`` fixture has the
+same rule, per test).
 """
 
 from __future__ import annotations
@@ -14,31 +16,23 @@ from pathlib import Path
 
 import pytest
 
+from runner import _bun
+
+from .conftest import BUN as FOUND
 from .conftest import TESTS
 
 JS_TOOLS = TESTS / "js_tools"
-IN_CI = os.environ.get("CI", "").lower() == "true"
-
-
-def bun_path() -> str | None:
-    """The Bun the host will run, or None."""
-    configured = os.environ.get("XCSH_RUN_BUN")
-    if configured:
-        return configured if os.access(configured, os.X_OK) else None
-    return shutil.which("bun")
-
-
-BUN = bun_path()
+IN_CI = os.environ.get("CI") == "true"
+BUN = FOUND if FOUND is not None and os.access(FOUND, os.X_OK) else None
 
 
 def require_bun() -> None:
     """Call at module level: skip the module without Bun, fail it under CI."""
     if BUN is not None:
         return
-    where = os.environ.get("XCSH_RUN_BUN") or "PATH"
-    why = f"no runnable Bun (looked at {where}); run `make bun` or `xcsh-run install-bun`, or set XCSH_RUN_BUN"
+    why = f"no Bun for the TypeScript tools' tests: {_bun.missing()}"
     if IN_CI:
-        pytest.fail(f"CI=true: the TypeScript tests must run: {why}", pytrace=False)
+        pytest.fail(f"CI=true: {why}", pytrace=False)
     pytest.skip(why, allow_module_level=True)
 
 
