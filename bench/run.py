@@ -1,6 +1,7 @@
 """``make bench``: xcsh-run and its peers measured side by side, in one run, with ratios and targets.
 
-Usage: python -m bench.run [--rounds R] [--warm-n N] [--memory-calls N] [--only a,b,...] [--quick] [--json PATH]
+Usage: python -m bench.run [--rounds R] [--warm-n N] [--memory-calls N] [--only a,b,...] [--peers p,q,...]
+                           [--quick] [--json PATH]
 
 Every peer runs in its own process (``bench._driver``), all of them alive at
 once, and the orchestrator (this module) interleaves them: each round visits
@@ -13,6 +14,11 @@ in the same run. Sections:
   (d) first call on a never-used worker;        (e) cancel -> terminal result;
   (f) cold CLI call, whole process;             (g) idle worker RSS, host RSS over many calls;
   (h) worker start per sandbox level (spawn to module loaded), paired against ``none``.
+
+The Bun worker (TypeScript tools) has a warm-call row in (a) and first-call
+rows in (d), beside the Python worker's: a TypeScript echo with a TypeBox
+schema, its note giving the ratio to the Python worker's JSON Schema echo.
+``--peers floor,xcsh,xcsh-bun --only ad`` runs just those rows.
 
 xcsh-run is driven only through its public API (``open_runner``,
 ``Runner.call_tool``, ``Runner.cancel``, ``Runner.statistics``, ``Runner.grace``)
@@ -48,6 +54,7 @@ PEERS: dict[str, tuple[str, dict[str, Any]]] = {
     "floor": ("bench.peers.floor:Floor", {}),
     "xcsh": ("bench.peers.xcsh:Xcsh", {"sandbox": "contained"}),
     "xcsh-none": ("bench.peers.xcsh:Xcsh", {"sandbox": "none"}),
+    "xcsh-bun": ("bench.peers.xcsh:Xcsh", {"sandbox": "contained", "language": "bun"}),
     "pool": ("bench.peers.pools:MpPool", {}),
     "executor": ("bench.peers.pools:Executor", {}),
     "pebble": ("bench.peers.pools:Pebble", {}),
@@ -64,10 +71,13 @@ XCSH = "xcsh-run call_tool, sandbox contained"
 XCSH_NONE = "xcsh-run call_tool, sandbox none"
 POOL_WARM = "multiprocessing Pool(1).apply (fork)"
 MCP_WARM = "MCP SDK ClientSession.call_tool -> SDK MCPServer"
+XCSH_SCHEMA = XCSH + ", JSON Schema params (validated in host)"
+XCSH_BUN = XCSH + ", Bun worker: TypeScript echo, TypeBox params (validated in host)"
 WARM: list[Subject] = [
     ("floor", {}, FLOOR_WARM, 1.0),
     ("xcsh", {"tool": "echo"}, XCSH + " (Struct params)", 1.0),
-    ("xcsh", {"tool": "echo_schema"}, XCSH + ", JSON Schema params (validated in host)", 0.5),
+    ("xcsh", {"tool": "echo_schema"}, XCSH_SCHEMA, 0.5),
+    ("xcsh-bun", {"tool": "echo"}, XCSH_BUN, 0.5),
     ("xcsh-none", {"tool": "echo"}, XCSH_NONE + " (Struct params)", 1.0),
     ("pool", {}, POOL_WARM, 1.0),
     ("executor", {}, "ProcessPoolExecutor(1).submit().result()", 1.0),
@@ -176,11 +186,23 @@ def _round(
         row.rounds.append(median(samples))
 
 
+def _started(subjects: list[Subject], drivers: dict[str, Driver]) -> list[Subject]:
+    """The subjects whose peer was started (all of them, unless --peers left some out)."""
+    return [subject for subject in subjects if subject[0] in drivers]
+
+
 def _rows(section: Section, subjects: list[Subject], unit: str, p90: bool = True) -> dict[str, Row]:
     rows = {}
     for i, (_, _, label, _) in enumerate(subjects):
         rows[label] = section.add(Row(label, unit=unit, p90=p90, ref=i == 0))
     return rows
+
+
+class _Drivers(dict[str, Driver]):
+    """The started peers; a peer left out with --peers fails as a peer that did not start."""
+
+    def __missing__(self, name: str) -> Driver:
+        raise PeerFailed(f"{name} not started (--peers)")
 
 
 # --- sections ------------------------------------------------------------------------------------------------
@@ -197,7 +219,8 @@ def warm(drivers: dict[str, Driver], args: argparse.Namespace) -> list[Section]:
         "Warm echo call, 1 in flight; no pinning (the scheduler's choice over both CPUs)",
         "vs the msgspec pipe floor, same placement",
     )
-    placements = [({0}, pinned, _rows(pinned, WARM, "us")), (all_cpus(), free, _rows(free, WARM, "us"))]
+    subjects = _started(WARM, drivers)
+    placements = [({0}, pinned, _rows(pinned, subjects, "us")), (all_cpus(), free, _rows(free, subjects, "us"))]
 
     spawned: dict[tuple[str, str], int] = {}
     placement = ""
@@ -215,15 +238,24 @@ def warm(drivers: dict[str, Driver], args: argparse.Namespace) -> list[Section]:
             for cpus, section, rows in placements:
                 placement = section.title
                 pin_tree(cpus)
-                _round(drivers, WARM, rows, measure)
+                _round(drivers, subjects, rows, measure)
     finally:
         pin_tree(all_cpus())
     for _, section, rows in placements:
-        for peer, kwargs, label, _ in WARM:
+        for peer, kwargs, label, _ in subjects:
             count = spawned.get((section.title, peer + str(kwargs)))
             if count is not None:
                 rows[label].note = f"workers started while timed: {count}"
+        if XCSH_BUN in rows and XCSH_SCHEMA in rows:
+            _versus_python(rows[XCSH_BUN], rows[XCSH_SCHEMA], "the Python worker's JSON Schema echo")
     return [pinned, free]
+
+
+def _versus_python(bun: Row, python: Row, what: str) -> None:
+    """Say, in the Bun row's note, how it compares with the Python worker's row beside it."""
+    value = ratio(bun, python)
+    if value is not None:
+        bun.note = f"{value:.2f}x {what}" + (f"; {bun.note}" if bun.note else "")
 
 
 def throughput(drivers: dict[str, Driver], args: argparse.Namespace) -> Section:
@@ -233,7 +265,8 @@ def throughput(drivers: dict[str, Driver], args: argparse.Namespace) -> Section:
         f"Throughput: {n} echo calls over 2 workers, us per call (one sample per round)",
         "vs the floor with 1 call in flight per worker",
     )
-    rows = _rows(section, THROUGHPUT, "us", p90=False)
+    subjects = _started(THROUGHPUT, drivers)
+    rows = _rows(section, subjects, "us", p90=False)
     spawned: dict[str, int] = {}
 
     def measure(driver: Driver, kwargs: dict[str, Any], share: float) -> list[float]:
@@ -244,12 +277,14 @@ def throughput(drivers: dict[str, Driver], args: argparse.Namespace) -> Section:
         return [value / n * 1e6]
 
     for _ in range(args.rounds):
-        _round(drivers, THROUGHPUT, rows, measure)
+        _round(drivers, subjects, rows, measure)
     for row in section.rows:
         if row.median:
             row.note = f"{1e6 / row.median:,.0f} calls/s" + (f"; {row.note}" if row.note else "")
     for label in (XCSH, XCSH_NONE):
-        row = next(r for r in section.rows if r.case.startswith(label + ":"))
+        row = next((r for r in section.rows if r.case.startswith(label + ":")), None)
+        if row is None:
+            continue
         peer = "xcsh" if label == XCSH else "xcsh-none"
         row.note += f"; workers spawned while timed: {spawned.get(peer, 0)}"
     return section
@@ -257,14 +292,15 @@ def throughput(drivers: dict[str, Driver], args: argparse.Namespace) -> Section:
 
 def big(drivers: dict[str, Driver], args: argparse.Namespace) -> Section:
     section = Section("c", "One 10 MiB string result, ms per call", "vs the msgspec floor with the default 64 KiB pipe")
-    rows = _rows(section, BIG, "ms")
+    subjects = _started(BIG, drivers)
+    rows = _rows(section, subjects, "ms")
 
     def measure(driver: Driver, kwargs: dict[str, Any], share: float) -> list[float]:
         reps = args.big_reps if share else 1
         return [float(v) for v in driver.call("big", reps=reps, **kwargs)]
 
     for _ in range(args.big_rounds):
-        _round(drivers, BIG, rows, measure)
+        _round(drivers, subjects, rows, measure)
     for row in section.rows:
         if row.median:
             row.note = f"{10 / (row.median / 1e3):,.0f} MiB/s" + (f"; {row.note}" if row.note else "")
@@ -286,7 +322,13 @@ def first_call(drivers: dict[str, Driver], args: argparse.Namespace) -> Section:
         ("xcsh", "forkserver"): section.add(
             Row(XCSH + ": first call, never-used worker (spare_workers=0, forkserver)", unit="ms")
         ),
+        ("xcsh-bun", False): section.add(
+            Row(XCSH + ", Bun worker: first call_tool, new runner, spare_workers=0", unit="ms")
+        ),
     }
+    # Only the peers that were started (--peers) have rows.
+    xcsh = {key: row for key, row in xcsh.items() if key[0] in drivers}
+    section.rows = [r for r in section.rows if r in (popen, fork) or r in xcsh.values()]
     per_round = max(1, args.spawn_reps // 2)
     for _ in range(2):
         try:
@@ -309,15 +351,19 @@ def first_call(drivers: dict[str, Driver], args: argparse.Namespace) -> Section:
             row.samples += got["samples"]
             if got["cache_misses"]:
                 row.note = f"{got['cache_misses']} cache misses (module loaded at open)"
-    for (_, spares), row in xcsh.items():
+    for (peer, spares), row in xcsh.items():
         what = (
             "fork + load + call, the zygote ready"
             if spares == "forkserver"
             else "a spare worker, once ready (<= 1 s)"
             if spares
             else "spawn + load + call"
+            if peer != "xcsh-bun"
+            else "spawn + Python handshake and sandbox + exec of Bun + load + call (a JS worker has no spare)"
         )
         row.note = (row.note + "; " if row.note else "") + f"call_tool -> result: {what}"
+    if ("xcsh-bun", False) in xcsh and ("xcsh", False) in xcsh:
+        _versus_python(xcsh[("xcsh-bun", False)], xcsh[("xcsh", False)], "the Python worker's spawn + load + call")
     return section
 
 
@@ -531,9 +577,18 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--mcp-cold-reps", type=int, default=3, help="cold MCP runs (seconds each) [3]")
     parser.add_argument("--spawn-rounds", type=int, default=20, help="rounds of the sandbox start section [20]")
     parser.add_argument("--only", default="abcdefgh", help="sections to run, e.g. 'af' [abcdefgh]")
+    parser.add_argument(
+        "--peers",
+        default=",".join(PEERS),
+        help="peers to start, e.g. 'floor,xcsh,xcsh-bun' (the others' rows are left out) [all]",
+    )
     parser.add_argument("--quick", action="store_true", help="a smoke run: tiny counts, numbers not meaningful")
     parser.add_argument("--json", type=Path, help="also write every row and target as JSON here")
     args = parser.parse_args(argv)
+    args.peers = [name.strip() for name in args.peers.split(",") if name.strip()]
+    unknown = sorted(set(args.peers) - set(PEERS))
+    if unknown:
+        parser.error(f"unknown peer(s) {', '.join(unknown)}; known: {', '.join(PEERS)}")
     args.big_rounds, args.big_reps, args.spawn_reps = 2, 3, 10
     args.cancel_reps, args.cancel_ignore_reps = 8, 4
     if args.quick:
@@ -552,12 +607,12 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="xcsh-bench-") as tmp:
         work = Path(tmp)
         if set(args.only) & set("abcdeg"):
-            drivers = start_all(PEERS, work)
+            drivers = _Drivers(start_all({name: PEERS[name] for name in args.peers}, work))
             failed = {name: d.error for name, d in drivers.items() if not d.ok}
             for name, error in failed.items():
                 print(f"peer {name} did not start: {error}", flush=True)
             try:
-                if drivers["xcsh"].ok:
+                if "xcsh" in drivers and drivers["xcsh"].ok:
                     grace = drivers["xcsh"].call("info")["grace"]
                 steps: list[tuple[str, Callable[[], Any]]] = [
                     ("a", lambda: warm(drivers, args)),

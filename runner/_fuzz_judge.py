@@ -11,6 +11,15 @@ worker names in the error's evidence (``exception``, ``exception_mro``,
 * anything else passes (``ValueError``, ``OSError``, ``RuntimeError``, a
   tool's own exception classes): code raises these on purpose too often.
 
+The names are matched as the worker gives them, whatever its language. The
+JavaScript worker names a thrown error by its constructor and prototype chain
+(``["TypeError", "Error"]``); ``pi.ToolError`` is its deliberate error. Of
+JavaScript's built-in errors, those that signal a bug are listed by the same
+names (``TypeError``, ``ReferenceError`` and ``SyntaxError`` share Python's;
+``RangeError``, ``URIError`` and ``EvalError`` are JavaScript's own), as is
+the worker's ``ProcessExit`` (a tool that called ``process.exit()``, the twin
+of ``SystemExit``); a plain ``Error`` passes, as a ``RuntimeError`` does.
+
 The command line (``--allow-error`` / ``--flag-error``) overrides both, the
 most specific class deciding; ``--fail-on-tool-error`` fails every
 ``tool_error``. A worker that names no exception (an older one, or one in
@@ -49,6 +58,11 @@ BUG_EXCEPTIONS: Final = (
     "SystemError",
     "ReferenceError",
     "SystemExit",  # sys.exit() in a tool: raise ToolError to refuse a call
+    # JavaScript's own (its TypeError, ReferenceError and SyntaxError are matched by the names above):
+    "RangeError",  # "x".repeat(-1), new Array(-1), toFixed(101), a runaway recursion
+    "URIError",  # decodeURIComponent("%") on valid input
+    "EvalError",
+    "ProcessExit",  # process.exit() in a JavaScript tool, as SystemExit: throw pi.ToolError to refuse a call
 )
 """Exception classes (and their subclasses) whose ``tool_error`` on valid input is a bug."""
 

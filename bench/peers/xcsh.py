@@ -25,6 +25,12 @@ TOOLS = Path(__file__).resolve().parent.parent / "tools"
 ECHO = str(TOOLS / "echo_tool.py")
 BIG = str(TOOLS / "big_tool.py")
 CANCEL = str(TOOLS / "cancel_tools.py")
+ECHO_TS = str(TOOLS / "echo_tool.ts")
+# What each worker language loads, and the tools it must have: the Bun worker runs only the echo.
+LANGUAGES = {
+    "python": ([ECHO, BIG, CANCEL], {"echo", "echo_schema", "big", "busy", "ignore_sigterm"}),
+    "bun": ([ECHO_TS], {"echo"}),
+}
 _ids = itertools.count()
 
 
@@ -45,17 +51,22 @@ def _worker_processes() -> list[psutil.Process]:
 
 
 class Xcsh:
-    """One runner with the given sandbox level, kept open across ops."""
+    """One runner with the given sandbox level, kept open across ops.
+
+    ``language="bun"`` loads the TypeScript echo tool instead (a Bun worker, found
+    as the host finds it: ``XCSH_RUN_BUN``, then ``PATH``); only the echo ops apply.
+    """
 
     loop = "trio"
 
-    def __init__(self, sandbox: str = "contained") -> None:
+    def __init__(self, sandbox: str = "contained", language: str = "python") -> None:
         self.policy = SandboxPolicy(level=sandbox)  # type: ignore[arg-type]
+        self.paths, self.wanted = LANGUAGES[language]
         self._stack = contextlib.AsyncExitStack()
 
     def _open(self, **options: Any) -> contextlib.AbstractAsyncContextManager[Runner]:
         return open_runner(
-            [ECHO, BIG, CANCEL],
+            self.paths,
             cwd=self.tmp,
             cache=True,
             cache_dir=self.cache_dir,
@@ -69,7 +80,7 @@ class Xcsh:
         self.cache_dir = str(Path(self.tmp) / "cache")
         self.runner = await self._stack.enter_async_context(self._open())
         names = {t.name for t in self.runner.tools}
-        if not {"echo", "echo_schema", "big", "busy", "ignore_sigterm"} <= names:
+        if not self.wanted <= names:
             raise RuntimeError(f"bench tools did not load: {names}; errors: {self.runner.errors}")
         return self
 
