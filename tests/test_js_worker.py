@@ -235,7 +235,7 @@ def test_refusals_carry_no_data_and_the_connection_goes_on(basic: JsWorker) -> N
 
 def test_session_calls_each_hook_and_reports_failures_as_warnings(basic: JsWorker) -> None:
     result = basic.result(basic.request("session", {"event": {"reason": "start"}, "ctx": {}}))
-    assert result == {"warnings": ["bug.on_session('start') raised Error: hook broke"]}
+    assert result == {"warnings": ["bug.onSession('start') raised Error: hook broke"]}
     details = basic.result(basic.call("echo", {"text": "x"}))["details"]
     assert details["sessionEvents"] == ["start"]
 

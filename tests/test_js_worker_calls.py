@@ -185,7 +185,7 @@ def test_a_session_event_during_a_call_is_answered_after_it(basic: JsWorker) -> 
     basic.notify("$/cancel", {"call_id": "s1", "reason": "cancelled"})
     first = basic.next_message()
     assert isinstance(first, ErrorResponse) and first.id == req
-    assert basic.result(session)["warnings"] == ["bug.on_session('tree') raised Error: hook broke"]
+    assert basic.result(session)["warnings"] == ["bug.onSession('tree') raised Error: hook broke"]
 
 
 def test_the_signal_is_aborted_with_an_abort_error_carrying_the_reason(basic: JsWorker, tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ export async function handleSession(params: Record<string, any>, tools: Map<stri
       await hook.call(loaded.tool, params.event, ctx);
     } catch (exc) {
       // A broken hook is a warning, nothing more.
-      warnings.push(`${name}.on_session('${params.event?.reason}') raised ${errorType(exc)}: ${errorMessage(exc)}`);
+      warnings.push(`${name}.onSession('${params.event?.reason}') raised ${errorType(exc)}: ${errorMessage(exc)}`);
     }
   }
   return { result: { warnings } };

@@ -106,7 +106,13 @@ function write(frame: Uint8Array): void {
     } catch (exc) {
       const code = (exc as NodeJS.ErrnoException).code;
       if (code === "EAGAIN" || code === "EINTR") continue;
-      die(`writing the response pipe failed (${code ?? exc}): the host is gone`);
+      const why =
+        code === "EPIPE"
+          ? "the host is gone"
+          : code === "EBADF"
+            ? `fd ${FD_OUT} is no longer open in the worker: tool code closed it`
+            : "the worker can no longer answer the host";
+      die(`writing the response pipe failed (${code ?? exc}): ${why}`);
     }
   }
 }
