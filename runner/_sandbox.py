@@ -415,6 +415,9 @@ def worker_config(
 # applies Landlock, so the rule is on the worker's own /proc/<pid> (the pid Bun keeps),
 # never on /proc as a whole nor on any other process's; it is not resolved here.
 JS_READ_PATHS: Final[tuple[str, ...]] = ("/proc/self",)
+# Without a memory cgroup, memory_mb becomes RLIMIT_DATA, which counts the heap
+# Bun reserves at start: Bun 1.4 aborts (SIGABRT) below about 265 MiB of it.
+BUN_MIN_DATA_MB: Final = 320
 
 
 def for_javascript(config: p.SandboxConfig, bun: str, read: Sequence[str]) -> p.SandboxConfig:
@@ -422,7 +425,17 @@ def for_javascript(config: p.SandboxConfig, bun: str, read: Sequence[str]) -> p.
 
     The uid drop needs nobody to reach all of it; else the worker stays the
     host's uid, without capabilities, as for a module nobody can read.
+
+    Raises:
+        ConfigError: the policy's memory limit is an RLIMIT_DATA too small for Bun to start.
     """
+    if config.data_bytes is not None and config.data_bytes < BUN_MIN_DATA_MB << 20:
+        raise ConfigError(
+            f"memory_mb={config.data_bytes >> 20} is too small for a JavaScript tool on this machine: without a "
+            f"memory cgroup the limit is RLIMIT_DATA, which counts the heap Bun reserves, and Bun needs "
+            f"{BUN_MIN_DATA_MB} MiB of it to start; raise memory_mb to {BUN_MIN_DATA_MB} or more (--memory-mb), "
+            "or run where a memory cgroup is writable"
+        )
     if config.level != "strict":
         return config
     added = [os.path.realpath(r) for r in read if r and os.path.exists(r)]

@@ -467,3 +467,16 @@ def test_strict_gains_what_bun_needs_in_js_workers_only(bun: str, tmp_path: Path
         assert getattr(js, field) == getattr(python, field), field
     for level in ("none", "contained"):
         assert for_javascript(config(level), runtime.bun, runtime.read_paths()) == config(level)
+
+
+def test_a_memory_limit_bun_cannot_start_under_is_refused_with_the_fix() -> None:
+    from runner._errors import ConfigError
+    from runner._sandbox import BUN_MIN_DATA_MB, for_javascript
+    from worker._methods import SandboxConfig
+
+    # Only without a memory cgroup is memory_mb sent as RLIMIT_DATA (data_bytes).
+    small = SandboxConfig(level="contained", data_bytes=256 << 20)
+    with pytest.raises(ConfigError, match=r"memory_mb=256 .* raise memory_mb to 320 or more"):
+        for_javascript(small, sys.executable, [])
+    enough = SandboxConfig(level="contained", data_bytes=BUN_MIN_DATA_MB << 20)
+    assert for_javascript(enough, sys.executable, []) == enough
