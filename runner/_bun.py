@@ -77,7 +77,12 @@ def module_stem(base: str) -> str:
 # PYTHONPATH and its kin for Python workers: these would preload code (before the
 # worker takes XCSH_WORKER_INIT out of the environment), add module paths or change
 # the engine under every JS tool. A tool's own subprocesses do not get them either.
-_STARTUP_ENV: Final = ("BUN_OPTIONS", "NODE_OPTIONS", "NODE_PATH", "BUN_JSC_*")
+# BUN_INSPECT* opens a debugger port (a VS Code debug terminal sets it), NODE_CHANNEL_FD
+# names an fd to talk to a parent the worker does not have, BUN_FEATURE_FLAG_* switch
+# the runtime's behaviour.
+_STARTUP_ENV: Final = (
+    "BUN_OPTIONS", "NODE_OPTIONS", "NODE_PATH", "BUN_JSC_*", "BUN_INSPECT*", "NODE_CHANNEL_FD", "BUN_FEATURE_FLAG_*",
+)  # fmt: skip
 
 
 def js_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -103,8 +108,12 @@ class JsRuntime(msgspec.Struct, frozen=True):
         return [*args, "--typebox", self.typebox] if self.typebox else args
 
     def read_paths(self) -> list[str]:
-        """What ``strict`` must let a JS worker read on top of a Python one's: the worker, TypeBox, Bun's folder."""
-        return [p for p in (os.path.dirname(self.main), self.typebox, os.path.dirname(self.bun)) if p]
+        """What ``strict`` must let a JS worker read on top of a Python one's: the worker and TypeBox.
+
+        Not Bun's folder: the exec rule already lets Bun read its own binary, and
+        that folder may be a home (``XCSH_RUN_BUN=~/bun``), which strict never grants.
+        """
+        return [p for p in (os.path.dirname(self.main), self.typebox) if p]
 
 
 def default_prefix() -> Path:
@@ -176,7 +185,9 @@ _cache: dict[tuple[str | None, ...], JsRuntime | None] = {}
 def locate() -> JsRuntime | None:
     """The Bun to run JavaScript tools with, found as the module's docstring says; None if there is none.
 
-    Remembered per process (for the environment variables it depends on).
+    Remembered per process (for the environment variables it depends on) once found;
+    not found is looked for again each time, so a Bun installed meanwhile (``make bun``,
+    npm) is seen by a running ``serve``.
     """
     key = tuple(os.environ.get(name) for name in (BUN_ENV, MAIN_ENV, "HOME", "XDG_CACHE_HOME", "PATH"))
     if key in _cache:
@@ -187,7 +198,8 @@ def locate() -> JsRuntime | None:
             real = os.path.realpath(path)
             runtime = JsRuntime(bun=real, main=worker_main(), typebox=_typebox_for(real), found_by=how)
             break
-    _cache[key] = runtime
+    if runtime is not None:
+        _cache[key] = runtime
     return runtime
 
 

@@ -407,14 +407,17 @@ def worker_config(
     )
 
 
-# What only a JavaScript worker gets at ``strict`` (docs/typescript.md lists them): running
-# Bun, which the worker execs after its sandbox, needs the file and its ELF loader to be
-# executable; Bun reads its own folder, the JS worker's sources and TypeBox's package; and
-# Bun aborts at start without its own /proc/<pid> (measured: /dev/urandom and
-# /sys/fs/cgroup are not needed). "/proc/self" is opened by the worker itself when it
-# applies Landlock, so the rule is on the worker's own /proc/<pid> (the pid Bun keeps),
-# never on /proc as a whole nor on any other process's; it is not resolved here.
-JS_READ_PATHS: Final[tuple[str, ...]] = ("/proc/self",)
+# What only a JavaScript worker gets at ``strict`` (docs/typescript.md and docs/sandbox.md
+# list them): running Bun, which the worker execs after its sandbox, needs the file and its
+# ELF loader to be executable (which also lets Bun read its binary); Bun reads the JS
+# worker's sources and TypeBox's package; and Bun aborts at start without its own
+# /proc/<pid>/maps (stat, statm and status serve process.memoryUsage; measured: nothing
+# else of /proc, nor /dev/urandom or /sys/fs/cgroup, is needed). Files, not the folder:
+# /proc/<pid>/net would show every socket of the network namespace, mountinfo the mounts,
+# environ the environment. "/proc/self/..." is opened by the worker itself when it applies
+# Landlock, so each rule is on the worker's own /proc/<pid> (the pid Bun keeps), never on
+# another process's; it is not resolved here.
+JS_READ_PATHS: Final[tuple[str, ...]] = ("/proc/self/maps", "/proc/self/stat", "/proc/self/statm", "/proc/self/status")
 # Without a memory cgroup, memory_mb becomes RLIMIT_DATA, which counts the heap
 # Bun reserves at start: Bun 1.4 aborts (SIGABRT) below about 265 MiB of it.
 BUN_MIN_DATA_MB: Final = 320

@@ -149,7 +149,10 @@ async def test_a_program_outside_allow_exec_is_refused(policy: SandboxPolicy, tm
         # Bun's spawn fails, and exec rejects as the original's does when a program cannot start.
         assert not out["ok"] and out["code"] == "EACCES", out
         assert 'cannot run "/bin/sh": permission denied (EACCES)' in out["error"], out
-        assert "the sandbox policy does not allow running it" in out["error"], out
+        assert (
+            "the sandbox does not allow running it: under --sandbox strict, allow it with --allow-exec /bin/sh"
+            in out["error"]
+        ), out
         assert not marker.exists()
 
 
@@ -166,3 +169,34 @@ async def test_a_second_bun_started_by_the_tool(policy: SandboxPolicy) -> None:
         assert out["value"]["code"] == -signal.SIGABRT, out
     else:
         assert out["value"] == {"code": 0, "stdout": "42\n"}, out
+
+
+# --- what a Python worker at the same level has: no dumpable flag, no /proc beyond the needed files ------
+
+
+@pytest.mark.parametrize(("level", "expected"), [("none", 1), ("contained", 0), ("strict", 0)])
+async def test_the_worker_is_not_dumpable_at_contained_and_strict(level: str, expected: int) -> None:
+    """exec resets the flag the Python step set; the Bun worker clears it again before any tool code."""
+    out = await run_probe(SandboxPolicy(level=level), "dumpable")  # type: ignore[arg-type]
+    assert out["ok"] and out["value"] == expected, out
+
+
+@pytest.mark.parametrize(
+    "path", ["/proc/self/net/tcp", "/proc/self/net/unix", "/proc/self/mountinfo", "/proc/self/environ"]
+)
+async def test_proc_beyond_what_bun_needs_is_refused(path: str) -> None:
+    out = await run_probe(STRICT, "read_file", path=path)
+    assert not out["ok"] and out["code"] == "EACCES", out
+    control = await run_probe(NONE, "read_file", path=path)
+    assert control["ok"], control
+
+
+async def test_the_handoff_reaches_no_child_however_it_is_spawned() -> None:
+    out = await run_probe(SandboxPolicy(level="contained"), "spawn_env")
+    assert out["ok"] and out["value"] == ["clean", "clean", "clean"], out
+
+
+async def test_a_lone_surrogate_is_a_replacement_character_not_a_broken_frame() -> None:
+    """A string cut inside an emoji (routine in JS) used to reach the host as an invalid escape: protocol_error."""
+    out = await run_probe(SandboxPolicy(level="contained"), "surrogate")
+    assert out["ok"] and out["value"] == "ab\ufffd", out

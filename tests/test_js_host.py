@@ -456,7 +456,9 @@ def test_strict_gains_what_bun_needs_in_js_workers_only(bun: str, tmp_path: Path
 
     python = config("strict")
     js = for_javascript(python, runtime.bun, runtime.read_paths())
-    assert "/proc/self" in js.read_paths and "/proc/self" not in python.read_paths
+    assert "/proc/self/maps" in js.read_paths and not any(p.startswith("/proc") for p in python.read_paths)
+    # Files of /proc/<pid>, never the folder (its net/, mountinfo, environ) nor Bun's folder (it may be a home).
+    assert "/proc/self" not in js.read_paths and os.path.dirname(runtime.bun) not in js.read_paths
     assert runtime.bun in js.exec_paths and runtime.bun not in python.exec_paths
     assert set(python.read_paths) < set(js.read_paths) and set(python.exec_paths) < set(js.exec_paths)
     assert os.path.dirname(runtime.main) in js.read_paths
@@ -480,3 +482,19 @@ def test_a_memory_limit_bun_cannot_start_under_is_refused_with_the_fix() -> None
         for_javascript(small, sys.executable, [])
     enough = SandboxConfig(level="contained", data_bytes=BUN_MIN_DATA_MB << 20)
     assert for_javascript(enough, sys.executable, []) == enough
+
+
+def test_a_bun_installed_after_a_miss_is_found_without_a_restart(
+    bun: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long-running `serve` must see a Bun installed meanwhile: a miss is not remembered."""
+    later = tmp_path / "bin" / "bun"
+    monkeypatch.setenv("XCSH_RUN_BUN", str(later))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert bun_mod.locate() is None
+    later.parent.mkdir()
+    later.symlink_to(bun)
+    found = bun_mod.locate()
+    assert found is not None and found.bun == os.path.realpath(bun)

@@ -2,6 +2,19 @@
 // thing and answers {ok, code, errno, error, value}; it never throws.
 import { readFileSync, writeFileSync } from "node:fs";
 import { connect } from "node:net";
+import { dlopen, FFIType } from "bun:ffi";
+
+/** prctl(PR_GET_DUMPABLE): 1 if another process of this uid could read this one's memory and fds. */
+function dumpable(): number {
+  const libc = dlopen("libc.so.6", {
+    prctl: { args: [FFIType.i32, FFIType.u64, FFIType.u64, FFIType.u64, FFIType.u64], returns: FFIType.i32 },
+  });
+  try {
+    return libc.symbols.prctl(3, 0, 0, 0, 0);
+  } finally {
+    libc.close();
+  }
+}
 
 type Outcome = { ok: boolean; code: string | null; errno: number | null; error: string | null; value: unknown };
 
@@ -43,6 +56,17 @@ export default function factory(pi: any) {
       const result = await pi.exec(a.program, a.args ?? []);
       return { code: result.code, stdout: result.stdout };
     },
+    dumpable: () => dumpable(),
+    spawn_env: (a) => {
+      // The handoff must reach no child, however the tool spawns it (env: undefined given explicitly too).
+      const seen: string[] = [];
+      for (const options of [undefined, {}, { env: undefined }]) {
+        const out = Bun.spawnSync(["/usr/bin/env"], options as any).stdout.toString();
+        seen.push(out.includes("XCSH_WORKER_INIT") ? "leaked" : "clean");
+      }
+      return seen;
+    },
+    surrogate: () => "ab\u{1F600}".slice(0, 3),
     write_tmp: (a) => {
       const path = `${process.env.TMPDIR}/inside.txt`;
       writeFileSync(path, a.text ?? "inside");

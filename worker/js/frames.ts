@@ -215,9 +215,19 @@ function concat(chunks: Uint8Array[], size: number): Uint8Array {
   return out;
 }
 
+const LONE_SURROGATE = /(?<!\\)((?:\\\\)*)\\ud[89a-f][0-9a-f]{2}/g;
+
 /** A message as a frame: header + compact JSON (JSON.stringify throws for what JSON cannot carry). */
 export function encodeFrame(message: Record<string, unknown>): Uint8Array {
-  const body = Buffer.from(JSON.stringify({ ...message, jsonrpc: "2.0" }), "utf8");
+  let text = JSON.stringify({ ...message, jsonrpc: "2.0" });
+  // JSON.stringify writes a lone UTF-16 surrogate (a string cut between the two
+  // halves of an emoji, say: routine in JS) as a \udXXX escape, which is not
+  // UTF-8 and which the host's decoder rejects as a broken frame. It becomes
+  // U+FFFD, as TextEncoder and Buffer do. Only lone surrogates are escaped so
+  // (pairs are written as they are), and an escaped backslash before the `u`
+  // (an even run of backslashes) is text, not an escape.
+  if (text.includes("\\ud")) text = text.replace(LONE_SURROGATE, "$1\\ufffd");
+  const body = Buffer.from(text, "utf8");
   const out = Buffer.allocUnsafe(HEADER_BYTES + body.length);
   out.writeUInt32BE(body.length, 0);
   body.copy(out, HEADER_BYTES);

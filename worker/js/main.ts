@@ -27,6 +27,7 @@ import { type LoadedTool, WORKER_DIR, loadTools, toolRoot } from "./loader.ts";
 import { NOTICES, REQUESTS, State, checkParams, quoted } from "./methods.ts";
 import { ProcessExit, errorMessage, errorType } from "./results.ts";
 import { handleRender, handleResolve, handleSession } from "./hooks.ts";
+import { setUndumpable } from "./undumpable.ts";
 
 // Bun's process.exit ends in process.reallyExit: both are trapped for tool code
 // (below), and both are put back for the worker's own exits.
@@ -59,6 +60,9 @@ try {
   say("usage: started by the xcsh-run host only (XCSH_WORKER_INIT is missing or malformed)");
   realExit(2);
 }
+// At contained and strict, as the Python worker is (docs/sandbox.md): exec made Bun dumpable again.
+const SANDBOX = (init.params.sandbox ?? { level: "none" }) as { level?: string; best_effort?: boolean };
+const UNDUMPABLE_FAILED = (SANDBOX.level ?? "contained") === "none" ? "" : setUndumpable();
 // Bun.spawn without `env` passes the environment Bun started with (a snapshot that
 // neither `delete process.env.X` nor unsetenv(3) reaches), handoff included: give
 // it process.env instead, as node:child_process and Bun.$ already do. So a tool's
@@ -66,8 +70,9 @@ try {
 for (const name of ["spawn", "spawnSync"] as const) {
   const original = (Bun as any)[name];
   (Bun as any)[name] = function (this: unknown, first: any, second?: any) {
-    if (Array.isArray(first)) return original.call(this, first, { env: process.env, ...(second ?? {}) });
-    if (first !== null && typeof first === "object") return original.call(this, { env: process.env, ...first }, second);
+    // `env: undefined` given explicitly means the default too: it must not bring the snapshot back.
+    if (Array.isArray(first)) return original.call(this, first, { ...second, env: second?.env ?? process.env });
+    if (first !== null && typeof first === "object") return original.call(this, { ...first, env: first.env ?? process.env }, second);
     return original.call(this, first, second);
   };
 }
@@ -387,6 +392,16 @@ reader.onmessage = (event: MessageEvent) => {
 };
 reader.onerror = (event) => die(`the reader thread failed: ${(event as ErrorEvent).message}`);
 
+const unenforced = [...(init.unenforced ?? [])];
+if (UNDUMPABLE_FAILED) {
+  if (!SANDBOX.best_effort) {
+    const message = `sandbox not applied: undumpable: ${UNDUMPABLE_FAILED}`;
+    write(encodeFrame({ id: init.id, error: { code: -32007, message } }));
+    say(message);
+    realExit(3);
+  }
+  unenforced.push(`undumpable: ${UNDUMPABLE_FAILED}`);
+}
 write(
   encodeFrame({
     id: init.id,
@@ -394,7 +409,7 @@ write(
       protocol_version: 1,
       pid: process.pid,
       python: `bun ${Bun.version}`,
-      unenforced: init.unenforced ?? [],
+      unenforced,
       supervisor: init.supervisor ?? 0,
     },
   }),
