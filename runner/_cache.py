@@ -20,6 +20,7 @@ loaded in a worker as if there were no cache.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sys
@@ -67,6 +68,13 @@ def fingerprint(candidate: Candidate, version: str) -> str | None:
         # Which Bun and which JS worker describe it (none: a load error that installing Bun must clear).
         runtime = _bun.locate()
         h.update(f"js\0{runtime.bun if runtime else ''}\0{runtime.main if runtime else ''}\0".encode())
+        if runtime is not None:
+            # The JS loader decides what a module defines (and its load errors' text): an edit to the
+            # worker's sources in a checkout must not leave a stale entry (a release changes `version`).
+            for source in sorted(Path(runtime.main).parent.glob("*.ts")):
+                with contextlib.suppress(OSError):
+                    st = source.stat()
+                    h.update(f"{source.name}\0{st.st_mtime_ns}\0{st.st_size}\0".encode())
     try:
         if path.is_dir() and js:
             # Its own sources and package.json, as a package's .py files; not what npm installed.

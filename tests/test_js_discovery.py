@@ -191,3 +191,19 @@ def test_serve_reloads_when_a_js_folder_source_changes_not_its_node_modules(tmp_
     assert runners._fingerprint() == first
     main.write_text(FACTORY + "// a longer file\n")
     assert runners._fingerprint() != first
+
+
+def test_an_edit_to_the_js_worker_sources_invalidates_the_module_cache(
+    bun: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loader decides a module's tools and load errors: in a checkout, editing it must not leave stale entries."""
+    worker_js = tmp_path / "js"
+    shutil.copytree(Path(bun_mod.worker_main()).parent, worker_js)
+    monkeypatch.setenv(bun_mod.MAIN_ENV, str(worker_js / "main.ts"))
+    module = touch(tmp_path / "tool.ts")
+    candidate = Candidate(path=str(module), resolved=str(module), source=ToolSource("config", "Config", "project"))
+    first = fingerprint(candidate, "v")
+    assert first is not None and fingerprint(candidate, "v") == first
+    loader = worker_js / "loader.ts"
+    loader.write_text(loader.read_text() + "\n// edited\n")
+    assert fingerprint(candidate, "v") != first
