@@ -35,9 +35,11 @@ bun: $(BUN_STAMP)
 
 run test stress bench: export XCSH_RUN_BUN := $(BUN_EXE)
 
-## The bundled example: count the Python files tracked in this repository.
+## The bundled examples: count the Python files tracked in this repository, with the Python tool and
+## with the original design's TypeScript one (in a Bun worker).
 run: $(STAMP) $(BUN_STAMP)
 	$(BIN)/xcsh-run repo_stats --args '{"glob":"*.py"}'
+	$(BIN)/xcsh-run repo_stats_ts --args '{"glob":"*.py"}'
 
 ## Lint, type-check, build the reference docs, then every test (the fuzz suite's quick profile included).
 test: check docs $(BUN_STAMP)

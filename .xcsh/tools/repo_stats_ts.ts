@@ -1,0 +1,1 @@
+../../examples/repo_stats_ts.ts
