@@ -40,6 +40,11 @@ from ._sandbox import SandboxUnavailable as SandboxUnavailable
 from ._version import __version__ as __version__
 
 if _typing.TYPE_CHECKING:
+    from ._batch import BatchItem as BatchItem
+    from ._batch import BatchResults as BatchResults
+    from ._batch import jsonl_inputs as jsonl_inputs
+    from ._batch import run_batch as run_batch
+    from ._batch import run_batch_sync as run_batch_sync
     from ._custom_tools import CustomToolsLoadResult as CustomToolsLoadResult
     from ._custom_tools import discover_and_load_custom_tools as discover_and_load_custom_tools
     from ._custom_tools import load_custom_tools as load_custom_tools
@@ -57,6 +62,8 @@ if _typing.TYPE_CHECKING:
 
 __all__ = [
     "AsyncioRunner",
+    "BatchItem",
+    "BatchResults",
     "BlockingRunner",
     "Candidate",
     "ConfigError",
@@ -87,16 +94,24 @@ __all__ = [
     "discover_custom_tool_paths",
     "fuzz_tool",
     "fuzz_tool_sync",
+    "jsonl_inputs",
     "load_custom_tools",
     "open_asyncio_runner",
     "open_blocking_runner",
     "open_runner",
+    "run_batch",
+    "run_batch_sync",
     "run_tool_sync",
 ]
 
 # The front ends are imported on first use: a `run` or a `list` needs neither
 # the fuzzer nor the blocking wrappers, and a cold command pays for every import.
 _LAZY: _typing.Final = {
+    "BatchItem": "._batch",
+    "BatchResults": "._batch",
+    "jsonl_inputs": "._batch",
+    "run_batch": "._batch",
+    "run_batch_sync": "._batch",
     "CustomToolsLoadResult": "._custom_tools",
     "discover_and_load_custom_tools": "._custom_tools",
     "load_custom_tools": "._custom_tools",

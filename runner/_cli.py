@@ -248,7 +248,7 @@ def describe_command(
 
 
 # The other commands register themselves on the app, after these three (the order `--help` lists).
-from . import _cli_bun, _cli_commands, _cli_doctor, _cli_new  # noqa: E402, F401
+from . import _cli_batch, _cli_bun, _cli_commands, _cli_doctor, _cli_new  # noqa: E402, F401
 
 
 def _with_default_command(argv: list[str]) -> list[str]:

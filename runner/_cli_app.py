@@ -1,7 +1,7 @@
 """The ``xcsh-run`` typer application and how every command runs its trio body.
 
 The commands register themselves on :data:`app`: ``_cli`` has ``run``,
-``list``, ``describe`` and the entry point; ``_cli_commands`` serve and fuzz;
+``list``, ``describe`` and the entry point; ``_cli_batch`` batch; ``_cli_commands`` serve and fuzz;
 ``_cli_new``, ``_cli_doctor`` and ``_cli_bun`` one each. ``--version`` is the app's own.
 """
 
@@ -30,6 +30,7 @@ HELP = """Run LLM-agent custom tools in isolated, killable worker processes.
   xcsh-run TOOL --help                      the tool's description and flags
   xcsh-run list                             tools found, and modules that failed to load
   xcsh-run describe TOOL                    a tool's JSON Schema and flags
+  xcsh-run batch TOOL --input args.jsonl    one call per line, several at once; JSON result lines
   xcsh-run fuzz TOOL                        fuzz a tool with arguments generated from its schema
   xcsh-run new NAME                         a new tool, with a test, in .xcsh/tools
   xcsh-run doctor                           what this machine's sandbox can enforce
