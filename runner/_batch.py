@@ -19,7 +19,7 @@ import json
 import os
 import queue
 import threading
-from collections.abc import AsyncIterable, AsyncIterator, Container, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Container, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -269,7 +269,7 @@ def run_batch_sync(
     concurrency: int = 8,
     skip: Container[int] = (),
     timeout: float | None = None,
-) -> Iterator[BatchItem]:
+) -> Generator[BatchItem, None, None]:
     """:func:`run_batch` for plain programs: an iterator of :class:`BatchItem`, in completion order.
 
     ```python
@@ -297,7 +297,7 @@ def _run_batch_sync(
     concurrency: int,
     skip: Container[int],
     timeout: float | None,
-) -> Iterator[BatchItem]:
+) -> Generator[BatchItem, None, None]:
     lock = threading.Lock()
     stopping = threading.Event()
     running: dict[str, int] = {}
