@@ -13,7 +13,8 @@ in the same run. Sections:
   (b) 2000 echo calls over 2 workers;            (c) a 10 MiB result;
   (d) first call on a never-used worker;        (e) cancel -> terminal result;
   (f) cold CLI call, whole process;             (g) idle worker RSS, host RSS over many calls;
-  (h) worker start per sandbox level (spawn to module loaded), paired against ``none``.
+  (h) worker start per sandbox level (spawn to module loaded), paired against ``none``;
+  (i) local batch: ``run_batch`` against a nursery of ``call_tool`` tasks, same runner and concurrency.
 
 The Bun worker (TypeScript tools) has a warm-call row in (a) and first-call
 rows in (d), beside the Python worker's: a TypeScript echo with a TypeBox
@@ -44,7 +45,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench import cold
+from bench import batch, cold
 from bench._control import ROOT, Driver, PeerFailed, start_all
 from bench._placement import all_cpus, pin_tree
 from bench._stats import median
@@ -536,6 +537,14 @@ def targets(sections: dict[str, Section], grace: float | None, memory_calls: int
             1.3,
         )
     )
+    out.append(
+        Target(
+            "local batch: run_batch / the embedding API's call_tool nursery",
+            paired.median if (paired := row("i", batch.PAIRED)) is not None else None,
+            1.2,
+            detail="us per call, 2000 echo calls, concurrency = max_workers, same runner; median of per-round ratios",
+        )
+    )
     half, end = _host_rows(sections["g"]) if "g" in sections else (None, None)
     growth = end.median - half.median if half and end and half.median and end.median else None
     out.append(
@@ -576,7 +585,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cold-reps", type=int, default=10, help="cold runs per variant [10]")
     parser.add_argument("--mcp-cold-reps", type=int, default=3, help="cold MCP runs (seconds each) [3]")
     parser.add_argument("--spawn-rounds", type=int, default=20, help="rounds of the sandbox start section [20]")
-    parser.add_argument("--only", default="abcdefgh", help="sections to run, e.g. 'af' [abcdefgh]")
+    parser.add_argument("--only", default="abcdefghi", help="sections to run, e.g. 'af' [abcdefghi]")
     parser.add_argument(
         "--peers",
         default=",".join(PEERS),
@@ -590,11 +599,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     if unknown:
         parser.error(f"unknown peer(s) {', '.join(unknown)}; known: {', '.join(PEERS)}")
     args.big_rounds, args.big_reps, args.spawn_reps = 2, 3, 10
-    args.cancel_reps, args.cancel_ignore_reps = 8, 4
+    args.cancel_reps, args.cancel_ignore_reps, args.batch_rounds = 8, 4, 8
     if args.quick:
         args.rounds, args.warm_n, args.tp_n, args.memory_calls = 1, 200, 200, 2000
         args.cold_reps, args.mcp_cold_reps, args.big_rounds, args.big_reps = 2, 1, 1, 1
         args.spawn_reps, args.cancel_reps, args.cancel_ignore_reps, args.spawn_rounds = 2, 2, 1, 2
+        args.batch_rounds = 1
     return args
 
 
@@ -643,8 +653,12 @@ def main(argv: list[str] | None = None) -> None:
         t0 = time.perf_counter()
         sections["h"] = sandbox_section(args)
         print(f"  (h) done in {time.perf_counter() - t0:.0f} s; {_load_line('this point')}", flush=True)
+    if "i" in args.only:
+        t0 = time.perf_counter()
+        sections["i"] = batch.measure(args.tp_n, args.batch_rounds)
+        print(f"  (i) done in {time.perf_counter() - t0:.0f} s; {_load_line('this point')}", flush=True)
     print()
-    for key in ("a1", "a2", "b", "c", "d", "e", "f", "g", "h"):
+    for key in ("a1", "a2", "b", "c", "d", "e", "f", "g", "h", "i"):
         if key in sections:
             print(render_section(sections[key]))
             print()
