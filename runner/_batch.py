@@ -162,9 +162,12 @@ class _Inputs:
 class BatchResults:
     """The results of a running :func:`run_batch`: an async iterator of :class:`BatchItem`, in completion order."""
 
-    def __init__(self, receive: trio.MemoryReceiveChannel[BatchItem], running: dict[int, str]) -> None:
+    def __init__(
+        self, receive: trio.MemoryReceiveChannel[BatchItem], running: dict[int, str], calls: trio.CancelScope
+    ) -> None:
         self._receive = receive
         self._running = running
+        self._calls = calls
 
     def __aiter__(self) -> BatchResults:
         return self
@@ -184,6 +187,12 @@ class BatchResults:
     def running(self) -> dict[int, str]:
         """The calls in flight: input index -> ``tool_call_id`` (for ``runner.cancel``)."""
         return dict(self._running)
+
+    def stop(self) -> None:
+        """Stop the batch and keep iterating: no call starts any more, the running ones are
+        cancelled through their ladder and yield nothing, the results that had finished still
+        come, and the iteration ends once every call's worker tree is gone."""
+        self._calls.cancel()
 
 
 @contextlib.asynccontextmanager
@@ -256,13 +265,21 @@ async def run_batch(
             failures.append(exc)
             nursery.cancel_scope.cancel()
 
+    # The calls, not the reader: BatchResults.stop() cancels them alone, and the
+    # results already sent still reach the reader before the channel closes.
+    calls = trio.CancelScope()
+
+    async def workers(nursery: trio.Nursery) -> None:
+        with calls:
+            async with trio.open_nursery() as inner, send:
+                for _ in range(concurrency):
+                    inner.start_soon(work, send.clone(), nursery)
+
     error: BaseException | None = None
     async with trio.open_nursery() as nursery:
-        async with send:
-            for _ in range(concurrency):
-                nursery.start_soon(work, send.clone(), nursery)
+        nursery.start_soon(workers, nursery)
         try:
-            yield BatchResults(receive, running)
+            yield BatchResults(receive, running, calls)
         except Exception as exc:
             error = exc
         finally:

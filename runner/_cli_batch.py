@@ -143,7 +143,7 @@ class Tally:
     def summary(self, output: str | None) -> str:
         total = sum(self.kinds.values())
         kinds = sorted(self.kinds.items(), key=lambda kv: (kv[0] != OK, kv[0]))
-        parts = ", ".join(f"{n} {kind}" for kind, n in kinds) or "nothing to do"
+        parts = ", ".join(f"{n} {kind}" for kind, n in kinds) or "no results"
         wall = time.monotonic() - self.started
         rate = self.now / wall if wall else 0.0
         text = f"{total} calls: {parts} ({self.now} run now in {wall:.1f} s, {rate:.1f} calls/s"
@@ -268,19 +268,25 @@ def batch_command(
             signalled = 0
 
             def on_signal(sig: Any) -> bool:
-                # The first signal stops the batch: its running calls go through their
-                # ladder and are left out of the output (a rerun runs them); the second
-                # kills them now.
+                # The first signal stops the batch: no call starts, the running ones go
+                # through their ladder and are left out of the output (a rerun runs them);
+                # the second kills them now.
                 nonlocal signalled
                 signalled += 1
                 bar.close()
                 if signalled == 1:
-                    stop.cancel()
+                    if batch:
+                        batch[0].stop()  # the results that finished meanwhile are still written
+                    else:
+                        stop.cancel()
                     again = "press Ctrl-C again" if sig.name == "SIGINT" else f"send {sig.name} again"
-                    running = len(batch[0].running) if batch else 0
-                    say(f"stopping {running} running calls (killing in {grace:.1f} s; {again} to kill now)")
+                    count = len(batch[0].running) if batch else 0
+                    say(f"stopping {count} running calls (killing in {grace:.1f} s; {again} to kill now)")
                 else:
-                    for call_id in batch[0].running.values() if batch else ():
+                    running = batch[0].running if batch else {}
+                    if signalled == 2:
+                        say(f"killing {len(running)} running calls and every process they started now")
+                    for call_id in running.values():
                         runner.cancel(call_id, f"interrupted by {sig.name}", force=True)
                 return True
 

@@ -147,6 +147,29 @@ async def test_leaving_early_cancels_the_running_calls_and_starts_no_more(tmp_pa
     assert count_lines(counter) == 3
 
 
+@pytest.mark.timeout(60)
+async def test_stop_cancels_the_running_calls_and_the_iteration_ends(tmp_path: Path) -> None:
+    counter = tmp_path / "counter"
+    inputs = [
+        (0, {"text": "quick"}),
+        *((i, {"text": f"t{i}", "counter": str(counter), "seconds": 60}) for i in range(1, 20)),
+    ]
+    seen = []
+    async with make_runner(BATCH, max_workers=3) as runner:
+        with trio.fail_after(20):  # well under the slow calls' 60 s
+            async with run_batch(runner, "batch_echo", inputs, concurrency=3) as results:
+                async for item in results:
+                    seen.append(item.index)
+                    while count_lines(counter) < 3:  # noqa: ASYNC110 - see above
+                        await trio.sleep(0.02)
+                    assert len(results.running) == 3
+                    results.stop()
+                assert results.running == {}
+        assert runner.statistics().running_calls == 0
+    assert seen == [0]  # the cancelled calls yield nothing
+    assert count_lines(counter) == 3
+
+
 @pytest.mark.timeout(30)
 async def test_concurrency_must_be_a_positive_int() -> None:
     with pytest.raises(ConfigError, match="concurrency"):

@@ -223,3 +223,34 @@ def test_ctrl_c_stops_cleanly_and_the_output_resumes(tmp_path: Path) -> None:
     assert rerun.returncode == 0, rerun.stderr
     assert counted(counter) == sorted(f"t{i}" for i in range(6, 30))
     assert sorted(results(out.read_text())) == list(range(30))
+
+
+@pytest.mark.timeout(120)
+def test_a_second_ctrl_c_kills_calls_that_ignore_the_first(tmp_path: Path) -> None:
+    inputs = tmp_path / "args.jsonl"
+    counter = tmp_path / "counter"
+    inputs.write_text("".join(json.dumps({"text": f"t{i}", "counter": str(counter)}) + "\n" for i in range(10)))
+    out = tmp_path / "out.jsonl"
+    proc = subprocess.Popen(
+        [XCSH_RUN, "batch", "batch_stubborn", "--tools", BATCH, "--grace", "60", "--concurrency", "2",
+         "--input", str(inputs), "--output", str(out)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + DEADLINE
+        while len(counted(counter)) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)  # the calls are other processes: their file is what the test sees
+        proc.send_signal(signal.SIGINT)
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=1.0)  # the calls ignore it, and their grace is 60 s
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)  # well under the grace: killed now
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    remove_cgroups(cgroup_dirs([proc.pid]))
+    assert proc.returncode == 130, err
+    assert "killing 2 running calls" in err, err
+    assert out.read_text() == ""  # nothing finished: everything runs again on resume
+    assert len(counted(counter)) == 2  # the first signal started no new call

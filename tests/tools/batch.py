@@ -1,6 +1,8 @@
 """A tool for the batch tests: it echoes, and on request records its run, waits, or crashes."""
 
 import os
+import signal as signals
+import time
 
 from worker.pi import CustomTool
 
@@ -41,4 +43,17 @@ def factory(api):
             _append(params["log"], f"end {params['text']}")
         return {"content": [{"type": "text", "text": params["text"]}], "details": {"pid": os.getpid()}}
 
-    return [CustomTool(name="batch_echo", description="echoes text", parameters=SCHEMA, execute=batch_echo)]
+    def batch_stubborn(tool_call_id, params, on_update, ctx, signal):
+        # Ignores SIGTERM and every cancellation: only the ladder's kill stops it.
+        signals.signal(signals.SIGTERM, signals.SIG_IGN)
+        _append(params["counter"], params["text"])
+        while True:
+            try:
+                time.sleep(1)
+            except BaseException:
+                pass
+
+    return [
+        CustomTool(name="batch_echo", description="echoes text", parameters=SCHEMA, execute=batch_echo),
+        CustomTool(name="batch_stubborn", description="never stops", parameters=SCHEMA, execute=batch_stubborn),
+    ]
