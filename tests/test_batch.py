@@ -247,3 +247,34 @@ def test_the_blocking_api_returns_every_index_and_stops_early_on_close(tmp_path:
                 break
         assert runner.statistics().running_calls == 0
     assert count_lines(counter) == 3
+
+
+class BrokenRunner(FakeRunner):
+    """A runner that breaks its contract: raises instead of returning a result."""
+
+    async def call_tool(
+        self, name: str, arguments: Mapping[str, Any] | None = None, *, timeout: float | None = None,
+        tool_call_id: str | None = None,
+    ) -> ToolResult:  # fmt: skip
+        await trio.lowlevel.checkpoint()
+        raise RuntimeError("the runner broke")
+
+
+@pytest.mark.timeout(30)
+async def test_an_error_comes_out_as_itself_not_wrapped_in_a_group() -> None:
+    async def reader_raises() -> None:
+        # The reader's own exception, while calls are still in flight.
+        async with run_batch(FakeRunner(2), "t", ((i, {"n": i}) for i in range(100)), concurrency=2) as results:
+            async for _ in results:
+                raise KeyError("reader")
+
+    async def runner_raises() -> None:
+        # The runner's (not a call's failure, which would be a result): the batch stops and says so.
+        async with run_batch(BrokenRunner(2), "t", [(0, {"n": 0}), (1, {"n": 1})], concurrency=2) as results:
+            async for _ in results:
+                pass
+
+    with pytest.raises(KeyError):
+        await reader_raises()
+    with pytest.raises(RuntimeError, match="the runner broke"):
+        await runner_raises()
