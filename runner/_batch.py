@@ -244,26 +244,28 @@ async def run_batch(
 
     async def work(send: trio.MemorySendChannel[BatchItem], nursery: trio.Nursery) -> None:
         try:
-            async with send:
-                while (item := await source.next()) is not None:
-                    index, value = item
-                    result = _refused(tool, value)
-                    if result is None:
-                        call_id = f"{prefix}-{index}"
-                        running[index] = call_id
-                        try:
-                            result = await runner.call_tool(tool, value, timeout=timeout, tool_call_id=call_id)
-                        finally:
-                            del running[index]
+            while (item := await source.next()) is not None:
+                index, value = item
+                result = _refused(tool, value)
+                if result is None:
+                    call_id = f"{prefix}-{index}"
+                    running[index] = call_id
                     try:
-                        send.send_nowait(BatchItem(index, result))  # the call's own checkpoints were enough
-                    except trio.WouldBlock:
-                        await send.send(BatchItem(index, result))
+                        result = await runner.call_tool(tool, value, timeout=timeout, tool_call_id=call_id)
+                    finally:
+                        del running[index]
+                try:
+                    send.send_nowait(BatchItem(index, result))  # the call's own checkpoints were enough
+                except trio.WouldBlock:
+                    await send.send(BatchItem(index, result))
         except Exception as exc:
             # Not a call's failure (those are results) but the runner's or the inputs':
             # raised as itself out of the block, not wrapped in the nursery's group.
+            # Recorded before the channel closes: the reader may end the block as soon as it does.
             failures.append(exc)
             nursery.cancel_scope.cancel()
+        finally:
+            send.close()  # no checkpoint: nothing can come between the failure and its record
 
     # The calls, not the reader: BatchResults.stop() cancels them alone, and the
     # results already sent still reach the reader before the channel closes.
