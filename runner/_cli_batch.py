@@ -9,6 +9,8 @@ the format, the resume rules and the exit codes.
 from __future__ import annotations
 
 import collections
+import contextlib
+import errno
 import json
 import os
 import stat
@@ -53,13 +55,14 @@ class Previous:
     A last line cut short (no newline, or not a whole result) is what a run
     killed mid-write leaves: it is dropped from the file and its input runs
     again. A bad line anywhere else means the file is not a batch's output.
+    Only a regular file is read: a pipe or a device is written to, as stdout is.
     """
 
     def __init__(self, path: str | None) -> None:
         self.done: set[int] = set()
         self.kinds: collections.Counter[str] = collections.Counter()
-        if path is None:
-            return
+        if path is None or (os.path.exists(path) and not os.path.isfile(path)):
+            return  # stdout, a pipe, a device: nothing to resume from, nothing to cut
         try:
             f = open(path, "r+b")  # noqa: SIM115 - closed below, after the truncation
         except FileNotFoundError:
@@ -247,10 +250,12 @@ def batch_command(
     regular = stat.S_ISREG(os.fstat(source.fileno()).st_mode)
     total = _remaining(input_path, previous.done) if regular and input_path != "-" else None
     try:
-        sink: IO[bytes] = open(output, "ab") if output is not None else sys.stdout.buffer  # noqa: SIM115
+        # Unbuffered: each line is one write(2) at once, whole or failing there (a full disk).
+        sink: IO[bytes] = open(output, "ab", buffering=0) if output is not None else sys.stdout.buffer  # noqa: SIM115
     except OSError as exc:
         fail(f"cannot write --output {output!r}: {exc.strerror}")
     tally = Tally(previous)
+    unwritten: list[OSError] = []
 
     async def main(signals: Signals) -> bool | None:
         async with open_runner(
@@ -296,8 +301,11 @@ def batch_command(
                                          timeout=timeout) as results:  # fmt: skip
                         batch.append(results)
                         async for item in results:
-                            sink.write(json.dumps(item.to_json(), ensure_ascii=False).encode() + b"\n")
-                            sink.flush()
+                            try:
+                                _write(sink, json.dumps(item.to_json(), ensure_ascii=False).encode() + b"\n")
+                            except OSError as exc:  # a full disk, a closed pipe: leaving stops the calls
+                                unwritten.append(exc)
+                                break
                             tally.add(item)
                             bar.advance()
             finally:
@@ -308,16 +316,30 @@ def batch_command(
         finished = _run(main)
     finally:
         if output is not None:
-            sink.close()
+            with contextlib.suppress(OSError):  # each line was written at once: nothing is left to lose
+                sink.close()
     if finished is None:
         suggest_command(tool)
         fail(f"no tool named {tool!r}; `xcsh-run list` shows the tools found")
     name = output if output is not None else "the output"
     say(tally.summary(name))
+    if unwritten:
+        where = f"--output {output!r}" if output is not None else "stdout"
+        fail(f"cannot write {where}: {unwritten[0].strerror or unwritten[0]}; the batch stopped, rerun to resume")
     if not finished:
         say(f"interrupted: {tally.now} results written; run the same command again to resume")
         raise typer.Exit(int(ExitCode.CANCELLED))
     raise typer.Exit(tally.exit_code())
+
+
+def _write(sink: IO[bytes], data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = sink.write(view)
+        if not written:  # a blocking file never writes nothing: say so rather than loop
+            raise OSError(errno.EIO, "the output accepted no bytes")
+        view = view[written:]
+    sink.flush()
 
 
 def say(text: str) -> None:

@@ -138,6 +138,10 @@ def test_usage_errors_exit_2_and_write_nothing(tmp_path: Path) -> None:
     refused = batch("--input", str(inputs), "--output", str(foreign))
     assert refused.returncode == 2 and "line 2 is not JSON" in refused.stderr, refused.stderr
     assert foreign.read_text() == '{"index": 0}\nnot a result\n{"index": 1}\n'
+    # An output that fails to take a line (a full disk) stops the batch: exit 2, and why.
+    full = batch("--input", str(inputs), "--output", "/dev/full")
+    assert full.returncode == 2 and "cannot write --output '/dev/full'" in full.stderr, full.stderr
+    assert "Traceback" not in full.stderr
 
 
 @pytest.mark.timeout(120)
