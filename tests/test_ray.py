@@ -1,0 +1,299 @@
+"""Calls on a real multi-node Ray cluster started on this machine (``ray.cluster_utils.Cluster``).
+
+The cluster's own processes carry a mark of their own (the session's mark plus
+``-ray``), so the autouse ``no_survivors`` check leaves them alone between
+tests; the workers the nodes start get the session's mark through
+``worker_env``, so that check does see every worker and grandchild a test
+leaves on any node. The module's teardown stops the cluster and checks that
+none of its processes is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import trio
+
+from runner import RayMissing, ToolResult, open_ray_runner
+from runner._fuzz_procs import marked_processes
+
+from .conftest import TOOLS, make_runner
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+MARK_VAR = "XCSH_RUN_TEST_MARK"
+TEST_MARK = os.environ[MARK_VAR]
+CLUSTER_MARK = TEST_MARK + "-ray"
+# Small nodes: this machine has 2 cores and others share it.
+NODE_ARGS: dict[str, Any] = {"num_cpus": 1, "object_store_memory": 100 * 1024 * 1024}
+HEAD_ARGS: dict[str, Any] = {**NODE_ARGS, "include_dashboard": False}
+TIMEOUT = 2.0
+GRACE = 0.5
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        if os.environ.get("CI") == "true":
+            pytest.fail("Ray is not installed: the ray extra (pip install -e '.[ray]') is part of the CI set-up")
+        pytest.skip("Ray is not installed (pip install 'xcsh-run[ray]')")
+    return ray
+
+
+class _ClusterMark:
+    """The cluster's processes inherit the environment they are started from: give them their own mark."""
+
+    def __enter__(self) -> None:
+        os.environ[MARK_VAR] = CLUSTER_MARK
+
+    def __exit__(self, *exc: object) -> None:
+        os.environ[MARK_VAR] = TEST_MARK
+
+
+def _bounded(fn: Any, seconds: float) -> None:
+    """``fn()`` in a thread, waited for at most ``seconds`` (a stuck Ray shutdown must not hang the session)."""
+    thread = threading.Thread(target=fn, daemon=True)
+    thread.start()
+    thread.join(seconds)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    _ray()
+    from ray.cluster_utils import Cluster
+
+    with _ClusterMark():
+        started = Cluster(initialize_head=True, head_node_args=HEAD_ARGS)
+        try:
+            started.add_node(**NODE_ARGS)
+        except BaseException:
+            started.shutdown()
+            raise
+    try:
+        yield started
+    finally:
+        import ray
+
+        _bounded(ray.shutdown, 30)
+        _bounded(started.shutdown, 60)
+        left = marked_processes(CLUSTER_MARK, MARK_VAR)
+        for pid, _, _ in left:
+            with __import__("contextlib").suppress(OSError):
+                os.kill(pid, 9)
+        assert not left, f"Ray processes left after the cluster's shutdown: {left}"
+
+
+def _options(tmp_path: Path, **more: Any) -> dict[str, Any]:
+    return {
+        "grace": GRACE,
+        "load_timeout": 20.0,
+        "spare_workers": 0,
+        # The nodes share this machine: a cache of the test's own, not the user's.
+        "cache_dir": str(tmp_path / "node-cache"),
+        "worker_env": {MARK_VAR: TEST_MARK},
+        "init_options": {"logging_level": "WARNING"},
+        **more,
+    }
+
+
+def _alive(pids: list[int]) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+async def _markers(folder: Path, count: int) -> dict[str, dict[str, Any]]:
+    """The ``hold`` calls' markers, once ``count`` of them are there (by call id)."""
+    while len(found := sorted(folder.glob("*.json"))) < count:
+        await trio.sleep(0.02)
+    return {json.loads(p.read_text())["call"]: json.loads(p.read_text()) for p in found}
+
+
+@pytest.mark.timeout(150)
+async def test_echo_calls_spread_over_both_nodes(cluster: Any, tmp_path: Path) -> None:
+    with trio.fail_after(120):
+        async with open_ray_runner([str(TOOLS / "cluster.py")], address=cluster.address, **_options(tmp_path)) as rr:
+            assert [t.name for t in rr.tools] == ["where", "hold"]
+            assert len(rr.nodes) == 2
+            results: dict[int, ToolResult] = {}
+
+            async def one(i: int) -> None:
+                results[i] = await rr.call_tool("where", {"text": f"call {i}"}, timeout=30)
+
+            async with trio.open_nursery() as nursery:
+                for i in range(100):
+                    nursery.start_soon(one, i)
+            assert [results[i].text for i in range(100)] == [f"call {i}" for i in range(100)]
+            used = {r.details["node"] for r in results.values()}
+            assert used == {n.node_id for n in rr.nodes}
+            assert rr.in_flight() == {n.node_id: 0 for n in rr.nodes}
+            assert sum(n.calls for n in rr.nodes) == 100
+
+
+@pytest.mark.timeout(150)
+async def test_cancel_on_a_remote_node_runs_the_ladder_there(cluster: Any, tmp_path: Path) -> None:
+    (worker_node,) = cluster.worker_nodes
+    held = tmp_path / "held"
+    held.mkdir()
+    release = tmp_path / "release"
+    args = {"dir": str(held), "release": str(release)}
+    with trio.fail_after(120):
+        async with open_ray_runner([str(TOOLS / "cluster.py")], address=cluster.address, **_options(tmp_path)) as rr:
+            results: dict[str, ToolResult] = {}
+
+            async def one(call_id: str) -> None:
+                results[call_id] = await rr.call_tool("hold", args, tool_call_id=call_id, timeout=60)
+
+            async with trio.open_nursery() as nursery:
+                for call_id in ("hold-a", "hold-b"):
+                    nursery.start_soon(one, call_id)
+                markers = await _markers(held, 2)
+                # One call per node (least loaded first): cancel the one away from the driver's node.
+                assert {m["node"] for m in markers.values()} == {n.node_id for n in rr.nodes}
+                (remote,) = [m for m in markers.values() if m["node"] == worker_node.node_id]
+                assert rr.cancel(remote["call"], "stop it")
+                with trio.fail_after(30):
+                    while remote["call"] not in results:
+                        await trio.sleep(0.02)
+                release.touch()
+            cancelled = results[remote["call"]]
+            assert cancelled.kind == "cancelled", cancelled
+            assert "stop it" in cancelled.text
+            # The worker and the child it started are gone from that node, not only the call.
+            assert _alive([remote["pid"], remote["child"]]) == []
+            (other,) = [r for call_id, r in results.items() if call_id != remote["call"]]
+            assert other.text == "released", other
+            assert not rr.cancel(remote["call"])  # no longer running
+
+
+@pytest.mark.timeout(200)
+async def test_a_node_that_dies_crashes_exactly_its_calls(cluster: Any, tmp_path: Path) -> None:
+    with _ClusterMark():
+        doomed = cluster.add_node(**NODE_ARGS)  # on the main thread: it sets a signal handler
+    held = tmp_path / "held"
+    held.mkdir()
+    release = tmp_path / "release"
+    args = {"dir": str(held), "release": str(release)}
+    try:
+        with trio.fail_after(160):
+            async with open_ray_runner(
+                [str(TOOLS / "cluster.py")], address=cluster.address, **_options(tmp_path)
+            ) as rr:
+                assert doomed.node_id in {n.node_id for n in rr.nodes}
+                results: dict[str, ToolResult] = {}
+
+                async def one(call_id: str) -> None:
+                    results[call_id] = await rr.call_tool("hold", args, tool_call_id=call_id, timeout=90)
+
+                async with trio.open_nursery() as nursery:
+                    for i in range(6):
+                        nursery.start_soon(one, f"hold-{i}")
+                    markers = await _markers(held, 6)
+                    on_doomed = {c for c, m in markers.items() if m["node"] == doomed.node_id}
+                    assert len(on_doomed) == 2, markers  # least loaded: two calls per node
+                    await trio.to_thread.run_sync(lambda: cluster.remove_node(doomed))
+                    with trio.fail_after(60):
+                        while not on_doomed <= set(results):
+                            await trio.sleep(0.05)
+                    release.touch()
+                crashed = {c for c, r in results.items() if r.is_error}
+                assert crashed == on_doomed
+                for call_id in on_doomed:
+                    result = results[call_id]
+                    assert result.kind == "crashed", result
+                    assert doomed.node_id in result.text
+                    assert result.details["node_id"] == doomed.node_id
+                    assert "not run again" in result.text
+                    # The node's workers went with their host (the lifeline), their children too.
+                    assert _alive([markers[call_id]["pid"], markers[call_id]["child"]]) == []
+                for call_id in set(results) - on_doomed:
+                    assert results[call_id].text == "released", results[call_id]
+                # The batch goes on elsewhere: later calls avoid the dead node.
+                after = [await rr.call_tool("where", {"text": str(i)}, timeout=30) for i in range(6)]
+                assert [r.text for r in after] == [str(i) for i in range(6)]
+                assert doomed.node_id not in {r.details["node"] for r in after}
+                assert [n.alive for n in rr.nodes if n.node_id == doomed.node_id] == [False]
+    finally:
+        if doomed in cluster.worker_nodes:
+            await trio.to_thread.run_sync(lambda: cluster.remove_node(doomed))
+
+
+HOSTILE = [
+    ("segfault", {}, None),
+    ("busy_loop", {}, TIMEOUT),
+    ("daemon", {"seconds": 3600}, None),
+]
+
+
+def _shape(result: ToolResult) -> tuple[Any, ...]:
+    error = result.error
+    return (result.kind, error and error.signal, error and error.rung, error and error.exit_code)
+
+
+@pytest.mark.timeout(200)
+async def test_hostile_tools_behave_on_a_node_as_locally(cluster: Any, tmp_path: Path) -> None:
+    local: dict[str, ToolResult] = {}
+    with trio.fail_after(60):
+        async with make_runner(TOOLS / "hostile.py", grace=GRACE) as runner:
+            for tool, args, timeout in HOSTILE:
+                local[tool] = await runner.call_tool(tool, args, timeout=timeout)
+    with trio.fail_after(150):
+        async with open_ray_runner([str(TOOLS / "hostile.py")], address=cluster.address, **_options(tmp_path)) as rr:
+            for tool, args, timeout in HOSTILE:
+                # Each on every node: the head's and the other's.
+                for _ in rr.nodes:
+                    remote = await rr.call_tool(tool, args, timeout=timeout)
+                    assert _shape(remote) == _shape(local[tool]), (tool, remote, local[tool])
+                    if tool == "daemon":
+                        assert _alive(remote.details["pids"]) == []
+                    if tool == "segfault":
+                        assert "Fatal Python error: Segmentation fault" in (remote.error.stderr_tail or "")
+            assert sorted(n.calls for n in rr.nodes) == [3, 3]
+    assert _shape(local["segfault"]) == ("crashed", "SIGSEGV", None, None)
+    assert local["busy_loop"].kind == "timeout"
+    assert local["daemon"].kind is None
+
+
+@pytest.mark.timeout(150)
+async def test_an_existing_connection_is_used_and_left_open(cluster: Any, tmp_path: Path) -> None:
+    ray = _ray()
+    await trio.to_thread.run_sync(lambda: ray.init(address=cluster.address, logging_level="WARNING"))
+    try:
+        with trio.fail_after(120):
+            options = _options(tmp_path)
+            async with open_ray_runner([str(TOOLS / "cluster.py")], **options) as rr:
+                result = await rr.call_tool("where", {"text": "shipped"}, timeout=30)
+                assert result.text == "shipped", result
+        assert ray.is_initialized()
+    finally:
+        await trio.to_thread.run_sync(ray.shutdown)
+
+
+async def test_without_ray_the_error_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    with pytest.raises(RayMissing, match=r"pip install 'xcsh-run\[ray\]'"):
+        async with open_ray_runner([str(TOOLS / "cluster.py")]):
+            pass
+
+
+async def test_options_that_mean_nothing_on_a_node_are_refused() -> None:
+    with pytest.raises(ValueError, match="does not take env, home"):
+        async with open_ray_runner([str(TOOLS / "cluster.py")], env={}, home="/"):
+            pass
+    with pytest.raises(ValueError, match="grace must be a positive number"):
+        async with open_ray_runner([str(TOOLS / "cluster.py")], grace=-1):
+            pass
