@@ -118,7 +118,7 @@ def _alive(pids: list[int]) -> list[int]:
 
 async def _markers(folder: Path, count: int) -> dict[str, dict[str, Any]]:
     """The ``hold`` calls' markers, once ``count`` of them are there (by call id)."""
-    while len(found := sorted(folder.glob("*.json"))) < count:
+    while len(found := sorted(folder.glob("*.json"))) < count:  # noqa: ASYNC110 - written by tools on other nodes
         await trio.sleep(0.02)
     return {json.loads(p.read_text())["call"]: json.loads(p.read_text()) for p in found}
 
@@ -154,9 +154,11 @@ async def test_cancel_on_a_remote_node_runs_the_ladder_there(cluster: Any, tmp_p
     with trio.fail_after(120):
         async with open_ray_runner([str(TOOLS / "cluster.py")], address=cluster.address, **_options(tmp_path)) as rr:
             results: dict[str, ToolResult] = {}
+            ended = {call_id: trio.Event() for call_id in ("hold-a", "hold-b")}
 
             async def one(call_id: str) -> None:
                 results[call_id] = await rr.call_tool("hold", args, tool_call_id=call_id, timeout=60)
+                ended[call_id].set()
 
             async with trio.open_nursery() as nursery:
                 for call_id in ("hold-a", "hold-b"):
@@ -167,8 +169,7 @@ async def test_cancel_on_a_remote_node_runs_the_ladder_there(cluster: Any, tmp_p
                 (remote,) = [m for m in markers.values() if m["node"] == worker_node.node_id]
                 assert rr.cancel(remote["call"], "stop it")
                 with trio.fail_after(30):
-                    while remote["call"] not in results:
-                        await trio.sleep(0.02)
+                    await ended[remote["call"]].wait()  # while the other still holds
                 release.touch()
             cancelled = results[remote["call"]]
             assert cancelled.kind == "cancelled", cancelled
@@ -195,20 +196,24 @@ async def test_a_node_that_dies_crashes_exactly_its_calls(cluster: Any, tmp_path
             ) as rr:
                 assert doomed.node_id in {n.node_id for n in rr.nodes}
                 results: dict[str, ToolResult] = {}
+                ended = {f"hold-{i}": trio.Event() for i in range(6)}
 
                 async def one(call_id: str) -> None:
                     results[call_id] = await rr.call_tool("hold", args, tool_call_id=call_id, timeout=90)
+                    ended[call_id].set()
 
                 async with trio.open_nursery() as nursery:
-                    for i in range(6):
-                        nursery.start_soon(one, f"hold-{i}")
+                    for call_id in ended:
+                        nursery.start_soon(one, call_id)
                     markers = await _markers(held, 6)
                     on_doomed = {c for c, m in markers.items() if m["node"] == doomed.node_id}
                     assert len(on_doomed) == 2, markers  # least loaded: two calls per node
                     await trio.to_thread.run_sync(lambda: cluster.remove_node(doomed))
                     with trio.fail_after(60):
-                        while not on_doomed <= set(results):
-                            await trio.sleep(0.05)
+                        for call_id in on_doomed:
+                            await ended[call_id].wait()
+                    # Only now: the other calls were still running when the node died.
+                    assert set(results) == on_doomed
                     release.touch()
                 crashed = {c for c, r in results.items() if r.is_error}
                 assert crashed == on_doomed
