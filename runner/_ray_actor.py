@@ -89,19 +89,22 @@ class NodeHost:
         with self._lock:
             early = self._early.pop(call_id, None)
             if early is not None:
-                return _cancelled_before_start(early[0])
+                return _cancelled_before_start(name, early[0])
             if self._closed:
-                return _cancelled_before_start("the node's runner is closing")
+                return _cancelled_before_start(name, "the node's runner is closing")
             job = self._submit(name, arguments, call_id, options)
             self._jobs[call_id] = job
         try:
             return await asyncio.wrap_future(job.future)
-        except concurrent.futures.CancelledError:
+        except (asyncio.CancelledError, concurrent.futures.CancelledError):
+            if not job.future.cancelled():
+                raise  # this task itself was cancelled (not by us)
             # The job was cancelled before its call began (sticky cancel): no
-            # worker ever ran, so nothing on this node needs stopping.
-            return _cancelled_before_start(job_reason(job))
+            # worker ever ran, so nothing on this node needs stopping. (Awaited
+            # through asyncio, a cancelled future raises asyncio's CancelledError.)
+            return _cancelled_before_start(name, job._reason or "cancelled")
         except ConfigError as exc:  # the runner closed under the call
-            return _cancelled_before_start(str(exc))
+            return _cancelled_before_start(name, str(exc))
         finally:
             with self._lock:
                 self._jobs.pop(call_id, None)
@@ -142,9 +145,5 @@ class NodeHost:
         await asyncio.to_thread(self._stack.close)
 
 
-def job_reason(job: Job[Any]) -> str:
-    return job._reason or "cancelled"
-
-
-def _cancelled_before_start(reason: str) -> ToolResult:
-    return error_result(ErrorKind.CANCELLED, f"Tool call cancelled before it started: {reason}")
+def _cancelled_before_start(name: str, reason: str) -> ToolResult:
+    return error_result(ErrorKind.CANCELLED, f"{name!r} was cancelled before it started ({reason})")

@@ -181,6 +181,74 @@ async def test_cancel_on_a_remote_node_runs_the_ladder_there(cluster: Any, tmp_p
             assert not rr.cancel(remote["call"])  # no longer running
 
 
+@pytest.mark.timeout(150)
+async def test_a_cancelled_caller_stops_its_call_on_the_node_before_it_returns(cluster: Any, tmp_path: Path) -> None:
+    held = tmp_path / "held"
+    held.mkdir()
+    args = {"dir": str(held), "release": str(tmp_path / "never")}
+    with trio.fail_after(120):
+        async with open_ray_runner([str(TOOLS / "cluster.py")], address=cluster.address, **_options(tmp_path)) as rr:
+            markers: dict[str, dict[str, Any]] = {}
+            with trio.CancelScope() as scope:
+                async with trio.open_nursery() as nursery:
+                    for call_id in ("hold-a", "hold-b"):
+                        nursery.start_soon(lambda c=call_id: rr.call_tool("hold", args, tool_call_id=c, timeout=60))
+                    markers = await _markers(held, 2)
+                    scope.cancel()
+            assert scope.cancelled_caught
+            # Cancelled propagated only once each node's ladder had ended the call and its tree.
+            assert _alive([pid for m in markers.values() for pid in (m["pid"], m["child"])]) == []
+            assert rr.in_flight() == {n.node_id: 0 for n in rr.nodes}
+
+
+@pytest.mark.timeout(150)
+async def test_a_cancel_that_overtakes_its_call_still_cancels_it(cluster: Any, tmp_path: Path) -> None:
+    """The cancel travels apart from its call (another concurrency group): it may reach the node first."""
+    held = tmp_path / "held"
+    held.mkdir()
+    args = {"dir": str(held), "release": str(tmp_path / "never")}
+    with trio.fail_after(120):
+        async with open_ray_runner([str(TOOLS / "cluster.py")], address=cluster.address, **_options(tmp_path)) as rr:
+            results: dict[str, ToolResult] = {}
+
+            async def one(call_id: str, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+                task_status.started()
+                results[call_id] = await rr.call_tool("hold", args, tool_call_id=call_id, timeout=60)
+
+            async with trio.open_nursery() as nursery:
+                for i in range(10):
+                    await nursery.start(one, f"early-{i}")
+                    await trio.lowlevel.checkpoint()  # the call is submitted: its cancel follows at once
+                    assert rr.cancel(f"early-{i}", "at once")
+            assert sorted(results) == sorted(f"early-{i}" for i in range(10))
+            assert {r.kind for r in results.values()} == {"cancelled"}, [r.text for r in results.values()]
+            # Whichever began held a worker: that worker and its child are gone.
+            started = [json.loads(p.read_text()) for p in held.glob("*.json")]
+            assert _alive([pid for m in started for pid in (m["pid"], m["child"])]) == []
+
+
+@pytest.mark.timeout(150)
+async def test_closing_with_calls_running_ends_them_cancelled(cluster: Any, tmp_path: Path) -> None:
+    held = tmp_path / "held"
+    held.mkdir()
+    args = {"dir": str(held), "release": str(tmp_path / "never")}
+    results: list[ToolResult] = []
+    with trio.fail_after(120):
+        async with (
+            trio.open_nursery() as nursery,
+            open_ray_runner([str(TOOLS / "cluster.py")], address=cluster.address, **_options(tmp_path)) as rr,
+        ):
+
+            async def one() -> None:
+                results.append(await rr.call_tool("hold", args, timeout=60))
+
+            for _ in range(4):
+                nursery.start_soon(one)
+            markers = await _markers(held, 4)
+    assert [r.kind for r in results] == ["cancelled"] * 4, results
+    assert _alive([pid for m in markers.values() for pid in (m["pid"], m["child"])]) == []
+
+
 @pytest.mark.timeout(200)
 async def test_a_node_that_dies_crashes_exactly_its_calls(cluster: Any, tmp_path: Path) -> None:
     with _ClusterMark():
