@@ -191,8 +191,9 @@ class RayRunner:
             node.alive = False
             node.death = _last_line(error)
             message = (
-                f"the Ray node {node.describe()} running this call died or left the cluster before the call "
-                f"ended; it was not run again (it may have run in part): {node.death}"
+                f"the xcsh-run host on Ray node {node.describe()} died before this call ended (its node died or "
+                f"left the cluster, or its process was killed); the call was not run again and may have run in "
+                f"part: {node.death}"
             )
         else:
             message = f"the xcsh-run actor on Ray node {node.describe()} failed this call: {_last_line(error)}"
