@@ -249,7 +249,8 @@ async def open_ray_runner(
             owned = True
         else:
             actor_env["working_dir"] = await trio.to_thread.run_sync(_upload, ray, staged)
-        runner = await _start(ray, staged, options, worker_env, actor_env, max_calls_per_node, start_timeout)
+        launcher = _Launcher(ray, staged, options, worker_env, actor_env, max_calls_per_node, start_timeout)
+        runner = await _start(launcher, float(options.get("grace", RunnerConfig().grace)))
         try:
             yield runner
         finally:
@@ -263,66 +264,77 @@ async def open_ray_runner(
                 shutil.rmtree(staged.temporary, ignore_errors=True)
 
 
-async def _start(
-    ray: Any,
-    staged: _Staged,
-    options: Mapping[str, Any],
-    worker_env: Mapping[str, str] | None,
-    actor_env: Mapping[str, Any],
-    max_calls_per_node: int,
-    start_timeout: float,
-) -> RayRunner:
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+class _Launcher:
+    """Starts the node actors: every alive node's at open, and those of nodes that joined later (``add_nodes``)."""
 
-    from ._ray_actor import NodeHost
+    def __init__(
+        self,
+        ray: Any,
+        staged: _Staged,
+        options: Mapping[str, Any],
+        worker_env: Mapping[str, str] | None,
+        actor_env: Mapping[str, Any],
+        max_calls_per_node: int,
+        start_timeout: float,
+    ) -> None:
+        from ._ray_actor import NodeHost
 
-    env = dict(actor_env) or None
-    # Cancels and close have a group of their own: they never queue behind calls.
-    host_class = ray.remote(concurrency_groups={"control": 4})(NodeHost)
-    run = f"{os.getpid()}-{next(_ids)}-{uuid.uuid4().hex[:8]}"
+        self._ray = ray
+        self._args = (staged.node_paths, dict(options), dict(worker_env or {}))
+        self._env = dict(actor_env) or None
+        self._max_calls = max_calls_per_node
+        self.start_timeout = start_timeout
+        # Cancels and close have a group of their own: they never queue behind calls.
+        self._class = ray.remote(concurrency_groups={"control": 4})(NodeHost)
+        self._run = f"{os.getpid()}-{next(_ids)}-{uuid.uuid4().hex[:8]}"
 
-    def launch() -> list[tuple[str, Any]]:
-        nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
+    def _launch(self, known: frozenset[str]) -> list[tuple[str, Any]]:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
         handles = []
-        for node_id in nodes:
-            handle = host_class.options(
-                name=f"xcsh-run-{run}-{node_id[:12]}",
+        for node in self._ray.nodes():
+            node_id = node["NodeID"]
+            if not node.get("Alive") or node_id in known:
+                continue
+            handle = self._class.options(
+                name=f"xcsh-run-{self._run}-{node_id[:12]}",
                 num_cpus=0,
+                # Never run anything twice: a dead actor stays dead, its calls are not retried.
                 max_restarts=0,
                 max_task_retries=0,
-                max_concurrency=max_calls_per_node,
+                max_concurrency=self._max_calls,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
-                runtime_env=env,
-            ).remote(staged.node_paths, dict(options), dict(worker_env or {}))
+                runtime_env=self._env,
+            ).remote(*self._args)
             handles.append((node_id, handle))
         return handles
 
-    handles = await trio.to_thread.run_sync(launch)
-    if not handles:
-        raise RunnerError("the Ray cluster has no alive node; start one (ray start) and try again")
-    refs = [handle.describe.remote() for _, handle in handles]
-    ready, _ = await trio.to_thread.run_sync(lambda: ray.wait(refs, num_returns=len(refs), timeout=start_timeout))
-    nodes: list[RayNode] = []
-    failures: list[str] = []
-    descriptions: list[dict[str, Any]] = []
-    for (node_id, handle), ref in zip(handles, refs, strict=True):
-        try:
-            if ref not in ready:
-                raise TimeoutError(f"its runner did not start within start_timeout={start_timeout:g} s")
-            described = ray.get(ref)  # ready: no wait
-        except Exception as exc:
-            failures.append(f"node {node_id}: {_first_line(exc)}")
-            with contextlib.suppress(Exception):
-                ray.kill(handle, no_restart=True)
-            continue
-        descriptions.append(described)
-        nodes.append(RayNode(node_id=described["node_id"], node_ip=described["node_ip"], handle=handle))
-    if not nodes:
-        raise RunnerError(
-            f"no Ray node could start its runner in {start_timeout:g} s: {failures[0]}"
-            + (f" (and {len(failures) - 1} more)" if len(failures) > 1 else "")
-        )
-    first = descriptions[0]
+    async def start(self, known: frozenset[str] = frozenset()) -> tuple[list[RayNode], list[dict[str, Any]], list[str]]:
+        """Actors on the alive nodes not in ``known``: (started nodes, their descriptions, failures)."""
+        ray = self._ray
+        handles = await trio.to_thread.run_sync(self._launch, known)
+        refs = [handle.describe.remote() for _, handle in handles]
+        timeout = self.start_timeout
+        ready, _ = await trio.to_thread.run_sync(lambda: ray.wait(refs, num_returns=len(refs), timeout=timeout))
+        nodes: list[RayNode] = []
+        failures: list[str] = []
+        descriptions: list[dict[str, Any]] = []
+        for (node_id, handle), ref in zip(handles, refs, strict=True):
+            try:
+                if ref not in ready:
+                    raise TimeoutError(f"its runner did not start within start_timeout={timeout:g} s")
+                described = ray.get(ref)  # ready: no wait
+            except Exception as exc:
+                failures.append(f"node {node_id}: {_first_line(exc)}")
+                with contextlib.suppress(Exception):
+                    ray.kill(handle, no_restart=True)
+                continue
+            descriptions.append(described)
+            nodes.append(RayNode(node_id=described["node_id"], node_ip=described["node_ip"], handle=handle))
+        return nodes, descriptions, failures
+
+
+def _differences(first: Mapping[str, Any], descriptions: list[dict[str, Any]], failures: list[str]) -> list[str]:
     warnings = [f"Ray {f} did not start its runner and takes no calls" for f in failures]
     for described in descriptions:
         if described["version"] != __version__:
@@ -335,13 +347,32 @@ async def _start(
                 f"node {described['node_id']} loaded other tools than node {first['node_id']}: "
                 f"{sorted(t.name for t in described['tools'])}"
             )
+    return warnings
+
+
+async def _start(launcher: _Launcher, grace: float) -> RayRunner:
+    nodes, descriptions, failures = await launcher.start()
+    if not nodes:
+        if not failures:
+            raise RunnerError("the Ray cluster has no alive node; start one (ray start) and try again")
+        raise RunnerError(
+            f"no Ray node could start its runner: {failures[0]}"
+            + (f" (and {len(failures) - 1} more)" if len(failures) > 1 else "")
+        )
+    first = descriptions[0]
+
+    async def more(known: frozenset[str]) -> tuple[list[RayNode], list[str]]:
+        added, described, failed = await launcher.start(known)
+        return added, _differences(first, described, failed)
+
     return RayRunner(
-        ray,
+        launcher._ray,
         nodes,
         tools=first["tools"],
         errors=first["errors"],
-        warnings=[*first["warnings"], *warnings],
-        grace=float(options.get("grace", RunnerConfig().grace)),
+        warnings=[*first["warnings"], *_differences(first, descriptions, failures)],
+        grace=grace,
+        add=more,
     )
 
 

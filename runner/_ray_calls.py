@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -24,6 +24,8 @@ from ._sandbox import SandboxPolicy
 # the ladder ran (the node's kill rung ends it within grace + its own bounds).
 CANCEL_MARGIN: Final = 10.0
 _ids: Final = itertools.count(1)
+# Starts actors on the alive nodes not among the given ids: (the new nodes, warnings).
+AddNodes = Callable[[frozenset[str]], Awaitable[tuple[list["RayNode"], list[str]]]]
 
 
 @dataclass
@@ -66,6 +68,7 @@ class RayRunner:
         errors: list[LoadError],
         warnings: list[str],
         grace: float,
+        add: AddNodes | None = None,
     ) -> None:
         self._ray = ray
         self._nodes = nodes
@@ -79,6 +82,7 @@ class RayRunner:
         self._idle = trio.Event()
         self._idle.set()
         self._closed = False
+        self._add = add
 
     @property
     def tools(self) -> list[ToolInfo]:
@@ -224,6 +228,21 @@ class RayRunner:
         if flight.node.alive:
             with contextlib.suppress(Exception):  # a dead actor: the call ends crashed anyway
                 flight.node.handle.cancel.options(concurrency_group="control").remote(call_id, reason, force)
+
+    async def add_nodes(self) -> list[RayNode]:
+        """Start a runner on every alive node that has none yet (nodes that joined the cluster); returns them.
+
+        A node that fails to start its runner is left out and named in ``warnings``.
+        A node found dead is not started again: its id stays taken.
+        """
+        if self._closed:
+            raise ConfigError("this Ray runner is closed; open a new one with open_ray_runner()")
+        if self._add is None:
+            return []
+        added, warnings = await self._add(frozenset(n.node_id for n in self._nodes))
+        self._nodes.extend(added)
+        self._warnings.extend(warnings)
+        return added
 
     def in_flight(self) -> dict[str, int]:
         """Calls in flight per node id."""

@@ -251,19 +251,23 @@ async def test_closing_with_calls_running_ends_them_cancelled(cluster: Any, tmp_
 
 
 @pytest.mark.timeout(200)
-async def test_a_node_that_dies_crashes_exactly_its_calls(cluster: Any, tmp_path: Path) -> None:
-    with _ClusterMark():
-        doomed = cluster.add_node(**NODE_ARGS)  # on the main thread: it sets a signal handler
+async def test_a_node_that_joins_then_dies_crashes_exactly_its_calls(cluster: Any, tmp_path: Path) -> None:
     held = tmp_path / "held"
     held.mkdir()
     release = tmp_path / "release"
     args = {"dir": str(held), "release": str(release)}
+    doomed = None
     try:
         with trio.fail_after(160):
             async with open_ray_runner(
                 [str(TOOLS / "cluster.py")], address=cluster.address, **_options(tmp_path)
             ) as rr:
-                assert doomed.node_id in {n.node_id for n in rr.nodes}
+                assert len(rr.nodes) == 2
+                with _ClusterMark():
+                    doomed = cluster.add_node(**NODE_ARGS)  # on the main thread: it sets a signal handler
+                added = await rr.add_nodes()
+                assert [n.node_id for n in added] == [doomed.node_id]
+                assert await rr.add_nodes() == []
                 results: dict[str, ToolResult] = {}
                 ended = {f"hold-{i}": trio.Event() for i in range(6)}
 
@@ -302,7 +306,7 @@ async def test_a_node_that_dies_crashes_exactly_its_calls(cluster: Any, tmp_path
                 assert doomed.node_id not in {r.details["node"] for r in after}
                 assert [n.alive for n in rr.nodes if n.node_id == doomed.node_id] == [False]
     finally:
-        if doomed in cluster.worker_nodes:
+        if doomed is not None and doomed in cluster.worker_nodes:
             await trio.to_thread.run_sync(lambda: cluster.remove_node(doomed))
 
 
