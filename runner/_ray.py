@@ -183,6 +183,7 @@ async def open_ray_runner(
     worker_env: Mapping[str, str] | None = None,
     runtime_env: Mapping[str, Any] | None = None,
     max_calls_per_node: int = 256,
+    connect_timeout: float = 60.0,
     start_timeout: float = 300.0,
     close_timeout: float = 60.0,
     init_options: Mapping[str, Any] | None = None,
@@ -195,7 +196,8 @@ async def open_ray_runner(
             Without ``working_dir`` they are copied into a staging folder that
             becomes every node's working directory.
         address: the cluster to connect to (``"auto"``: the one running on this
-            machine; ``"ray://host:10001"``; an IP:port). Ignored when this
+            machine; ``"ray://host:10001"``; an IP:port; None: start a Ray
+            instance of this process's own, ended on close). Ignored when this
             process is already connected (``ray.init`` was called): that
             connection is used and left open.
         working_dir: instead of a staging folder, ship this folder (a project):
@@ -208,6 +210,7 @@ async def open_ray_runner(
             ``pip``, ``excludes``, ...), merged with the ``working_dir``.
         max_calls_per_node: calls one node's actor accepts at once (it queues
             the rest); the node's runner runs ``max_workers`` of them at a time.
+        connect_timeout: seconds to connect to the cluster when this opens the connection.
         start_timeout: seconds for every node to start its runner (shipping the files included).
         close_timeout: seconds for the nodes to stop their workers on close.
         init_options: more keywords for ``ray.init`` when this opens the connection.
@@ -245,7 +248,21 @@ async def open_ray_runner(
             init = {"address": address, "log_to_driver": False, **(init_options or {})}
             job_env = dict(init.get("runtime_env") or {})
             init["runtime_env"] = {**job_env, "working_dir": staged.working_dir}
-            await trio.to_thread.run_sync(lambda: ray.init(**init))
+            try:
+                # Ray keeps trying an address where nothing answers for minutes; past
+                # the timeout its thread is left to it (ray.init cannot be interrupted).
+                with trio.fail_after(connect_timeout):
+                    await trio.to_thread.run_sync(lambda: ray.init(**init), abandon_on_cancel=True)
+            except (ConnectionError, RuntimeError, ValueError, TimeoutError, trio.TooSlowError) as exc:
+                why = (
+                    f"nothing answered within connect_timeout={connect_timeout:g} s"
+                    if isinstance(exc, trio.TooSlowError)
+                    else _first_line(exc)
+                )
+                raise RunnerError(
+                    f"could not connect to the Ray cluster at {address!r}: {why}; start one "
+                    "(ray start --head) or give its address (address='HOST:PORT', or 'ray://HOST:10001')"
+                ) from exc
             owned = True
         else:
             actor_env["working_dir"] = await trio.to_thread.run_sync(_upload, ray, staged)
@@ -315,7 +332,17 @@ class _Launcher:
         handles = await trio.to_thread.run_sync(self._launch, known)
         refs = [handle.describe.remote() for _, handle in handles]
         timeout = self.start_timeout
-        ready, _ = await trio.to_thread.run_sync(lambda: ray.wait(refs, num_returns=len(refs), timeout=timeout))
+        try:
+            ready, _ = await trio.to_thread.run_sync(
+                lambda: ray.wait(refs, num_returns=len(refs), timeout=timeout), abandon_on_cancel=True
+            )
+        except BaseException:
+            # Cancelled while the nodes start: no runner was handed out, so
+            # nothing else would ever end these actors.
+            for _, handle in handles:
+                with contextlib.suppress(Exception):
+                    ray.kill(handle, no_restart=True)
+            raise
         nodes: list[RayNode] = []
         failures: list[str] = []
         descriptions: list[dict[str, Any]] = []
