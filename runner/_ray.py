@@ -257,7 +257,7 @@ async def open_ray_runner(
                 why = (
                     f"nothing answered within connect_timeout={connect_timeout:g} s"
                     if isinstance(exc, trio.TooSlowError)
-                    else _first_line(exc)
+                    else _first_line(exc).rstrip(".")
                 )
                 raise RunnerError(
                     f"could not connect to the Ray cluster at {address!r}: {why}; start one "
