@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import threading
 from collections.abc import Iterator
@@ -300,6 +301,7 @@ async def test_a_node_that_joins_then_dies_crashes_exactly_its_calls(cluster: An
                     assert _alive([markers[call_id]["pid"], markers[call_id]["child"]]) == []
                 for call_id in set(results) - on_doomed:
                     assert results[call_id].text == "released", results[call_id]
+                assert len(list(held.glob("*.json"))) == 6  # no call ran again elsewhere
                 # The batch goes on elsewhere: later calls avoid the dead node.
                 after = [await rr.call_tool("where", {"text": str(i)}, timeout=30) for i in range(6)]
                 assert [r.text for r in after] == [str(i) for i in range(6)]
@@ -366,6 +368,31 @@ async def test_without_ray_the_error_says_how_to_install_it(monkeypatch: pytest.
     with pytest.raises(RayMissing, match=r"pip install 'xcsh-run\[ray\]'"):
         async with open_ray_runner([str(TOOLS / "cluster.py")]):
             pass
+
+
+def test_tool_paths_are_staged_apart_and_checked(tmp_path: Path) -> None:
+    from runner._ray import stage_tools
+
+    for name in ("a", "b"):
+        (tmp_path / name / "tools").mkdir(parents=True)
+        (tmp_path / name / "tools" / "t.py").write_text(f"# {name}")
+    staged = stage_tools(["a/tools/t.py", "b/tools"], None, str(tmp_path))
+    try:
+        assert staged.temporary == staged.working_dir
+        assert staged.node_paths == ["0/t.py", "1/tools"]
+        root = Path(staged.working_dir)
+        assert (root / "0" / "t.py").read_text() == "# a"
+        assert (root / "1" / "tools" / "t.py").read_text() == "# b"
+    finally:
+        shutil.rmtree(staged.working_dir)
+    shipped = stage_tools(["a/tools/t.py"], "a", str(tmp_path))
+    assert (shipped.working_dir, shipped.node_paths, shipped.temporary) == (str(tmp_path / "a"), ["tools/t.py"], None)
+    with pytest.raises(ValueError, match="outside working_dir"):
+        stage_tools(["b/tools"], "a", str(tmp_path))
+    with pytest.raises(ValueError, match="does not exist"):
+        stage_tools(["c.py"], None, str(tmp_path))
+    with pytest.raises(ValueError, match="give tool_paths, or a working_dir"):
+        stage_tools([], None, str(tmp_path))
 
 
 def test_import_runner_does_not_import_ray() -> None:

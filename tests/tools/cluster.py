@@ -20,7 +20,8 @@ def factory(api):
     def hold(tcid, params, on_update, ctx, signal):
         """Starts a child, says so in a file named by the call, then waits for ``release`` (a path) to appear."""
         child = subprocess.Popen(["sleep", "3600"])
-        marker = os.path.join(params["dir"], f"{tcid}.json")
+        # One file per run of a call (its id and its worker's pid): a call run twice would leave two.
+        marker = os.path.join(params["dir"], f"{tcid}.{os.getpid()}.json")
         with open(marker + ".tmp", "w") as f:
             json.dump({**_where(), "child": child.pid, "call": tcid}, f)
         os.rename(marker + ".tmp", marker)  # whole or absent: the test reads it as soon as it appears
