@@ -191,6 +191,17 @@ async def open_ray_runner(
 ) -> AsyncIterator[RayRunner]:
     """A runner whose calls run on the nodes of a Ray cluster, one ordinary runner per node.
 
+    Example:
+        ```python
+        from runner import open_ray_runner
+
+        async with open_ray_runner(["tools/"], address="auto", max_workers=8) as runner:
+            result = await runner.call_tool("hello", {"name": "Ada"}, timeout=10)
+        ```
+
+    xcsh-run (the same version) must be installed on every node; the tool
+    files travel with the runner.
+
     Args:
         tool_paths: tool files or folders, relative to ``cwd`` (like ``open_runner``'s).
             Without ``working_dir`` they are copied into a staging folder that
