@@ -248,9 +248,9 @@ async def open_ray_runner(
     if isinstance(max_calls_per_node, bool) or not isinstance(max_calls_per_node, int) or max_calls_per_node < 1:
         raise ConfigError(f"max_calls_per_node must be a positive integer, got {max_calls_per_node!r}")
     ray = import_ray()
-    base = os.fspath(cwd) if cwd is not None else os.getcwd()
-    staged = stage_tools(tool_paths, working_dir, base)
     actor_env = _split_runtime_env(runtime_env)
+    base = os.fspath(cwd) if cwd is not None else os.getcwd()
+    staged = stage_tools(tool_paths, working_dir, base)  # from here on, the finally below removes it
     owned = False
     try:
         if not ray.is_initialized():

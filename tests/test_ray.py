@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -91,6 +92,18 @@ def cluster() -> Iterator[Any]:
             with __import__("contextlib").suppress(OSError):
                 os.kill(pid, 9)
         assert not left, f"Ray processes left after the cluster's shutdown: {left}"
+
+
+def _staging_dirs() -> set[str]:
+    return {p.name for p in Path(tempfile.gettempdir()).glob("xcsh-ray-stage-*")}
+
+
+@pytest.fixture(autouse=True)
+def _no_staging_left() -> Iterator[None]:
+    """A Ray runner removes the folder it staged the tool files in, however it ends."""
+    before = _staging_dirs()
+    yield
+    assert _staging_dirs() - before == set()
 
 
 def _options(tmp_path: Path, **more: Any) -> dict[str, Any]:
@@ -410,4 +423,14 @@ async def test_options_that_mean_nothing_on_a_node_are_refused() -> None:
             pass
     with pytest.raises(ValueError, match="grace must be a positive number"):
         async with open_ray_runner([str(TOOLS / "cluster.py")], grace=-1):
+            pass
+    with pytest.raises(ValueError, match="max_calls_per_node must be a positive integer"):
+        async with open_ray_runner([str(TOOLS / "cluster.py")], max_calls_per_node=0):
+            pass
+
+
+async def test_the_working_dir_is_given_as_itself_not_in_the_runtime_env() -> None:
+    _ray()
+    with pytest.raises(ValueError, match=r"as working_dir=\.\.\., not inside runtime_env"):
+        async with open_ray_runner([str(TOOLS / "cluster.py")], runtime_env={"working_dir": "."}):
             pass
