@@ -54,6 +54,9 @@ if _typing.TYPE_CHECKING:
     from ._fuzz_report import FuzzFailure as FuzzFailure
     from ._fuzz_report import FuzzReport as FuzzReport
     from ._fuzz_report import PropertyReport as PropertyReport
+    from ._ray import RayMissing as RayMissing
+    from ._ray import open_ray_runner as open_ray_runner
+    from ._ray_calls import RayRunner as RayRunner
     from ._sync import AsyncioRunner as AsyncioRunner
     from ._sync import BlockingRunner as BlockingRunner
     from ._sync import open_asyncio_runner as open_asyncio_runner
@@ -76,6 +79,8 @@ __all__ = [
     "LocalProtocolError",
     "PropertyReport",
     "ProtocolError",
+    "RayMissing",
+    "RayRunner",
     "RemoteProtocolError",
     "Runner",
     "RunnerConfig",
@@ -98,6 +103,7 @@ __all__ = [
     "load_custom_tools",
     "open_asyncio_runner",
     "open_blocking_runner",
+    "open_ray_runner",
     "open_runner",
     "run_batch",
     "run_batch_sync",
@@ -121,6 +127,10 @@ _LAZY: _typing.Final = {
     "FuzzFailure": "._fuzz_report",
     "FuzzReport": "._fuzz_report",
     "PropertyReport": "._fuzz_report",
+    # Ray itself is imported only when a Ray runner opens (it is the `ray` extra).
+    "RayMissing": "._ray",
+    "open_ray_runner": "._ray",
+    "RayRunner": "._ray_calls",
     "AsyncioRunner": "._sync",
     "BlockingRunner": "._sync",
     "open_asyncio_runner": "._sync",

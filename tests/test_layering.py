@@ -70,7 +70,7 @@ RANKS: tuple[tuple[int, tuple[str, ...]], ...] = (
     # The Runner facade and open_runner.
     (6, ("runner._host",)),
     # Front ends over the library.
-    (7, ("runner._sync*", "runner._fuzz*", "runner._mcp*", "runner._custom_tools", "runner._batch")),
+    (7, ("runner._sync*", "runner._fuzz*", "runner._mcp*", "runner._custom_tools", "runner._batch", "runner._ray*")),
     # The CLI and the package's public face.
     (8, ("runner._cli*", "runner", "runner.__main__")),
 )
