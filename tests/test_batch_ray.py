@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,24 @@ def test_the_batch_command_runs_500_calls_over_both_nodes(cluster: Any, tmp_path
     assert again.returncode == 0, again.stderr
     assert "500 calls: 500 ok (0 run now" in again.stderr, again.stderr
     assert len(out.read_text().splitlines()) == 500
+
+
+@pytest.mark.timeout(150)
+def test_without_tools_the_project_folder_travels_and_each_node_discovers(cluster: Any, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / ".xcsh" / "tools").mkdir(parents=True)
+    shutil.copy(CLUSTER_TOOL, project / ".xcsh" / "tools" / "cluster.py")
+    inputs = tmp_path / "args.jsonl"
+    inputs.write_text("".join(json.dumps({"text": f"t{i}"}) + "\n" for i in range(40)))
+    proc = subprocess.run(
+        [XCSH_RUN, "batch", "where", "--input", str(inputs), "--ray", cluster.address, "--cwd", str(project)],
+        cwd=tmp_path, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert sorted(v["index"] for v in lines) == list(range(40))
+    assert all(v["content"] == [{"type": "text", "text": f"t{v['index']}"}] for v in lines), lines[:3]
+    assert {v["details"]["node"] for v in lines} == _node_ids(cluster)
 
 
 @pytest.mark.timeout(60)
