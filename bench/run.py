@@ -14,7 +14,9 @@ in the same run. Sections:
   (d) first call on a never-used worker;        (e) cancel -> terminal result;
   (f) cold CLI call, whole process;             (g) idle worker RSS, host RSS over many calls;
   (h) worker start per sandbox level (spawn to module loaded), paired against ``none``;
-  (i) local batch: ``run_batch`` against a nursery of ``call_tool`` tasks, same runner and concurrency.
+  (i) local batch: ``run_batch`` against a nursery of ``call_tool`` tasks, same runner and concurrency;
+  (j) the Ray path: overhead per call (1 local node) and batch throughput on a local runner, 1 and 2 Ray nodes
+      (skipped, with a note, without Ray).
 
 The Bun worker (TypeScript tools) has a warm-call row in (a) and first-call
 rows in (d), beside the Python worker's: a TypeScript echo with a TypeBox
@@ -45,7 +47,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench import batch, cold
+from bench import batch, batch_ray, cold
 from bench._control import ROOT, Driver, PeerFailed, start_all
 from bench._placement import all_cpus, pin_tree
 from bench._stats import median
@@ -585,7 +587,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cold-reps", type=int, default=10, help="cold runs per variant [10]")
     parser.add_argument("--mcp-cold-reps", type=int, default=3, help="cold MCP runs (seconds each) [3]")
     parser.add_argument("--spawn-rounds", type=int, default=20, help="rounds of the sandbox start section [20]")
-    parser.add_argument("--only", default="abcdefghi", help="sections to run, e.g. 'af' [abcdefghi]")
+    parser.add_argument("--only", default="abcdefghij", help="sections to run, e.g. 'af' [abcdefghij]")
     parser.add_argument(
         "--peers",
         default=",".join(PEERS),
@@ -600,11 +602,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"unknown peer(s) {', '.join(unknown)}; known: {', '.join(PEERS)}")
     args.big_rounds, args.big_reps, args.spawn_reps = 2, 3, 10
     args.cancel_reps, args.cancel_ignore_reps, args.batch_rounds = 8, 4, 8
+    args.ray_rounds, args.ray_sequential = 3, 500
     if args.quick:
         args.rounds, args.warm_n, args.tp_n, args.memory_calls = 1, 200, 200, 2000
         args.cold_reps, args.mcp_cold_reps, args.big_rounds, args.big_reps = 2, 1, 1, 1
         args.spawn_reps, args.cancel_reps, args.cancel_ignore_reps, args.spawn_rounds = 2, 2, 1, 2
         args.batch_rounds = 1
+        args.ray_rounds, args.ray_sequential = 1, 50
     return args
 
 
@@ -657,8 +661,12 @@ def main(argv: list[str] | None = None) -> None:
         t0 = time.perf_counter()
         sections["i"] = batch.measure(args.tp_n, args.batch_rounds)
         print(f"  (i) done in {time.perf_counter() - t0:.0f} s; {_load_line('this point')}", flush=True)
+    if "j" in args.only:
+        t0 = time.perf_counter()
+        sections["j"] = batch_ray.measure(args.tp_n, args.ray_rounds, args.ray_sequential)
+        print(f"  (j) done in {time.perf_counter() - t0:.0f} s; {_load_line('this point')}", flush=True)
     print()
-    for key in ("a1", "a2", "b", "c", "d", "e", "f", "g", "h", "i"):
+    for key in ("a1", "a2", "b", "c", "d", "e", "f", "g", "h", "i", "j"):
         if key in sections:
             print(render_section(sections[key]))
             print()

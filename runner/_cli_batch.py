@@ -25,6 +25,7 @@ import typer
 from ._batch import BatchItem, BatchResults, jsonl_inputs, run_batch
 from ._cli_app import app
 from ._cli_app import run_main as _run
+from ._cli_batch_ray import check_ray, open_batch_runner
 from ._cli_complete import complete_tool
 from ._cli_options import (
     CwdOpt,
@@ -40,8 +41,7 @@ from ._cli_options import (
     with_sandbox_options,
 )
 from ._cli_output import suggest_command, warn
-from ._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT, default_max_workers
-from ._host import open_runner
+from ._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT
 from ._sandbox import SandboxPolicy
 from ._signals import Signals
 from ._terminal import configure_log_file
@@ -212,7 +212,20 @@ def batch_command(
         ),
     ] = None,
     concurrency: Annotated[
-        int | None, typer.Option("--concurrency", help="Calls running at once [twice the cores, >= 4].")
+        int | None,
+        typer.Option(
+            "--concurrency",
+            help="Calls running at once [twice the cores, >= 4; with --ray: the sum of the nodes' max_workers].",
+        ),
+    ] = None,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            metavar="ADDRESS",
+            help="Run the calls on a Ray cluster, one runner per node: 'auto' (the cluster on this machine), "
+            "HOST:PORT or ray://HOST:10001. Needs pip install 'xcsh-run[ray]'.",
+        ),
     ] = None,
     timeout: TimeoutOpt = None,
     grace: GraceOpt = DEFAULT_GRACE,
@@ -240,9 +253,9 @@ def batch_command(
     130  interrupted: running calls were cancelled and left out of --output;
          run the same command again to resume
     """
-    workers = concurrency if concurrency is not None else default_max_workers()
-    if workers < 1:
-        fail(f"--concurrency must be at least 1, got {workers}")
+    if concurrency is not None and concurrency < 1:
+        fail(f"--concurrency must be at least 1, got {concurrency}")
+    check_ray(ray)
     check_seconds(timeout=timeout, grace=grace, load_timeout=load_timeout)
     configure_log_file(log_file, verbose=verbose)
     source = _open_input(input_path)
@@ -258,10 +271,10 @@ def batch_command(
     unwritten: list[OSError] = []
 
     async def main(signals: Signals) -> bool | None:
-        async with open_runner(
-            tools or (), grace=grace, load_timeout=load_timeout, sandbox=sandbox, wanted_tool=tool,
-            discover_sources=True, max_workers=workers,
-        ) as runner:  # fmt: skip
+        async with open_batch_runner(
+            ray, tools or (), tool=tool, concurrency=concurrency, verbose=verbose, sandbox=sandbox,
+            options={"grace": grace, "load_timeout": load_timeout},
+        ) as (runner, workers):  # fmt: skip
             warn(runner.warnings)
             if runner.get_tool(tool) is None:
                 return None  # said once the runner is closed: no exception may cross its nursery

@@ -368,7 +368,14 @@ class _Launcher:
                     ray.kill(handle, no_restart=True)
                 continue
             descriptions.append(described)
-            nodes.append(RayNode(node_id=described["node_id"], node_ip=described["node_ip"], handle=handle))
+            nodes.append(
+                RayNode(
+                    node_id=described["node_id"],
+                    node_ip=described["node_ip"],
+                    handle=handle,
+                    max_workers=described.get("max_workers", 0),
+                )
+            )
         return nodes, descriptions, failures
 
 

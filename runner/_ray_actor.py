@@ -73,6 +73,7 @@ class NodeHost:
             "pid": os.getpid(),
             "version": __version__,
             "cwd": self._runner.cwd,
+            "max_workers": self._runner.config.worker_limit,
             "tools": self._runner.tools,
             "errors": self._runner.errors,
             "warnings": self._runner.warnings,

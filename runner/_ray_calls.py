@@ -39,6 +39,7 @@ class RayNode:
     in_flight: int = 0
     calls: int = 0
     death: str | None = None  # what Ray said when the actor was found dead
+    max_workers: int = 0  # calls the node's runner runs at once (its max_workers, or the node's default)
 
     def describe(self) -> str:
         return f"{self.node_id} ({self.node_ip})"
@@ -243,6 +244,11 @@ class RayRunner:
         self._nodes.extend(added)
         self._warnings.extend(warnings)
         return added
+
+    @property
+    def worker_limit(self) -> int:
+        """Calls the cluster runs at once: the alive nodes' ``max_workers`` (each node's own default if not given)."""
+        return sum(n.max_workers for n in self._nodes if n.alive)
 
     def in_flight(self) -> dict[str, int]:
         """Calls in flight per node id."""
