@@ -136,12 +136,12 @@ async def fuzz_tool_ray(
         RayMissing: Ray is not installed (the message says how to install it).
         ConfigError: bad arguments; RunnerError: the cluster cannot be reached.
     """
-    require_hypothesis()
     if examples < 1:
         raise ConfigError(f"examples must be at least 1, got {examples}")
     if shards is not None and shards < 1:
         raise ConfigError(f"shards must be at least 1, got {shards}")
     ray = import_ray()
+    require_hypothesis()  # the driver's: the nodes need it too, and say so if they lack it
     seed = random.randrange(2**32) if seed is None else seed
     staged = stage_tools(tool_paths, None, cwd or os.getcwd())
     owned = False
@@ -245,9 +245,13 @@ def _retarget(reproducer: str | None, mapping: dict[str, str]) -> str | None:
 
 def _key(f: FuzzFailure) -> tuple[str, ...]:
     from ._fuzz_judge import failure_key
-    from ._results import ToolResult
+    from ._results import ErrorInfo, ToolResult
 
-    result = msgspec.convert(f.result, ToolResult) if f.result is not None else None
+    error = (f.result or {}).get("error")
+    result = None
+    if f.result is not None:
+        info = msgspec.convert(error, ErrorInfo) if error is not None else None
+        result = ToolResult(content=[], details=None, is_error=info is not None, error=info)
     return (f.property, *failure_key(f.problem, f.near_miss, result))
 
 
