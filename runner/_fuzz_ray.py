@@ -89,14 +89,13 @@ class Campaign:
         return f"campaign: {spread} (seed {self.report.seed}, --shards {len(self.shards)})\n" + self.report.summary()
 
 
-def _run_shard(tool: str, node_paths: list[str], options: dict[str, Any], worker_env: dict[str, str]) -> bytes:
-    """The Ray task: the local fuzz on this node; its report as msgpack (no pickling of our classes' versions)."""
+def _run_shard(tool: str, node_paths: list[str], options: dict[str, Any], worker_env: dict[str, str]) -> FuzzReport:
+    """The Ray task: the local fuzz on this node, shrinking included; its report travels back pickled."""
     from ._fuzz import fuzz_tool_sync
 
     # The workers' environment only: the task's own process is one of Ray's pooled workers.
     env = {**os.environ, **worker_env}
-    report = fuzz_tool_sync(tool, tool_paths=node_paths, discover_sources=False, env=env, **options)
-    return msgspec.msgpack.encode(report)
+    return fuzz_tool_sync(tool, tool_paths=node_paths, discover_sources=False, env=env, **options)
 
 
 async def fuzz_tool_ray(
@@ -203,8 +202,9 @@ async def _run_shards(
     try:
         for shard, ref, started in launched:
             try:
-                data = await trio.to_thread.run_sync(ray.get, ref, abandon_on_cancel=True)
-                report = msgspec.msgpack.decode(data, type=FuzzReport)
+                # (Not msgspec-decoded by type: the public classes say they live in `runner`,
+                # where their annotations' names cannot be resolved; pickle finds them there.)
+                report: FuzzReport = await trio.to_thread.run_sync(ray.get, ref, abandon_on_cancel=True)
                 out.append((_done(shard, started), report))
             except Exception as exc:
                 cause = getattr(exc, "cause", None)
