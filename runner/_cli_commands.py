@@ -151,6 +151,17 @@ def fuzz_command(
     max_timeouts: Annotated[
         int, typer.Option("--max-timeouts", help="Stop searching a property after this many calls timed out.")
     ] = 20,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            metavar="ADDRESS",
+            help="Shard the campaign over a Ray cluster (auto, HOST:PORT, ray://...); needs xcsh-run[ray].",
+        ),
+    ] = None,
+    shards: Annotated[
+        int | None, typer.Option("--shards", help="With --ray: shards of the campaign [the cluster's nodes].")
+    ] = None,
     tools: ToolsOpt = None,
     load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT,
     log_file: LogFileOpt = None,
@@ -174,7 +185,28 @@ def fuzz_command(
     if max_timeouts < 1:
         fail(f"--max-timeouts must be at least 1, got {max_timeouts}")
     check_seconds(timeout=timeout, load_timeout=load_timeout)
+    if shards is not None and (ray is None or shards < 1):
+        fail("--shards needs --ray" if ray is None else f"--shards must be at least 1, got {shards}")
     configure_log_file(log_file, verbose=verbose)
+    if ray is not None:
+        _fuzz_on_ray(
+            tool,
+            ray,
+            shards,
+            examples,
+            seed,
+            timeout,
+            max_timeouts,
+            tools,
+            load_timeout,
+            junit,
+            sandbox,
+            {
+                "fail_on_tool_error": fail_on_tool_error,
+                "allow_errors": allow_error or (),
+                "flag_errors": flag_error or (),
+            },
+        )
     from ._fuzz import fuzz_tool  # only this command needs the fuzzer
 
     async def main(_: Signals) -> FuzzReport:
@@ -194,11 +226,55 @@ def fuzz_command(
             discover_sources=True,
         )
 
-    report = _run(main)
-    typer.echo(report.summary())
+    _finish(_run(main), report_text=None, junit=junit)
+
+
+def _finish(report: FuzzReport, report_text: str | None, junit: str | None) -> None:
+    typer.echo(report_text if report_text is not None else report.summary())
     if junit is not None:
         try:
             report.write_junit(junit)
         except OSError as exc:
             fail(f"cannot write --junit {junit!r}: {exc.strerror}")
     raise typer.Exit(report.exit_code)
+
+
+def _fuzz_on_ray(
+    tool: list[str],
+    address: str,
+    shards: int | None,
+    examples: int,
+    seed: int | None,
+    timeout: float | None,
+    max_timeouts: int,
+    tools: list[str] | None,
+    load_timeout: float,
+    junit: str | None,
+    sandbox: SandboxPolicy,
+    judge: dict[str, Any],
+) -> None:
+    """``fuzz --ray``: one tool's campaign sharded over the cluster (``_fuzz_ray``); exits."""
+    from ._fuzz_ray import fuzz_tool_ray
+
+    if len(tool) != 1:
+        fail(f"--ray fuzzes one tool at a time, got {len(tool)}: run one campaign per tool")
+    if not tools:
+        fail("--ray needs the tool's files as --tools PATH: they are shipped to every node")
+
+    async def main(_: Signals) -> Any:
+        return await fuzz_tool_ray(
+            tool[0],
+            tool_paths=tools,
+            address=address,
+            examples=examples,
+            seed=seed,
+            shards=shards,
+            timeout=timeout,
+            max_timeouts=max_timeouts,
+            sandbox=sandbox,
+            load_timeout=load_timeout,
+            **judge,
+        )
+
+    campaign = _run(main)
+    _finish(campaign.report, campaign.summary(), junit)
