@@ -36,7 +36,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
 import msgspec
@@ -251,6 +251,9 @@ class Calls:
                 kind = ErrorKind.CANCELLED if call.reason is not None else ErrorKind.TIMEOUT
                 call.stop()
                 rung = await self._deliver_cancel(slot.worker, call, call.reason or "timeout", pending)
+                if call.host_stop is not None:
+                    # Stopped by the host for what its worker did (runner._host_limits), not by a caller.
+                    return error_result(ErrorKind.TOOL_ERROR, call.host_stop, module=info.module, rung=str(rung))
                 return stopped(info, kind, call.reason, timeout, rung, slot.worker)
             assert pending is not None
             result = limits(
@@ -315,6 +318,7 @@ class Calls:
         held.started = True
         call.worker_unenforced = slot.worker.unenforced
         call.worker = slot.worker
+        call.pid_rules = has_pid_rules(policy, slot.worker.unenforced)
         return slot
 
     def _queues_for_token(self, info: ToolInfo, call: Call, lock: trio.Lock | None) -> bool:
@@ -386,6 +390,7 @@ class Calls:
             return not_started(info, exc)
         call.worker_unenforced = slot.worker.unenforced
         call.worker = slot.worker
+        call.pid_rules = has_pid_rules(policy, slot.worker.unenforced)
         if self._before_call is not None:
             await self._before_call(slot)
         return slot
@@ -441,6 +446,11 @@ class Calls:
             f"(the queue deadline) for {waited}. Retry later, or raise max_workers (--max-workers) "
             "or the queue deadline (--queue-timeout)"
         )
+
+
+def has_pid_rules(policy: SandboxPolicy, unenforced: Sequence[str]) -> bool:
+    """Whether a worker runs under the seccomp rules that keep it from naming the host's pid."""
+    return policy.level != "none" and not any(item.startswith("seccomp") for item in unenforced)
 
 
 def call_timeout(caller: float | None, info: ToolInfo, policy: SandboxPolicy, default: float) -> float:

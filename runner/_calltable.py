@@ -78,7 +78,7 @@ class Call:
 
     __slots__ = (
         "call_id", "scope", "wake", "reason", "tool", "operation", "ui_scopes", "stopping", "worker_unenforced",
-        "worker", "violation", "grace", "forced",
+        "worker", "violation", "grace", "forced", "pid_rules", "host_stop",
     )  # fmt: skip
 
     def __init__(self, call_id: str, tool: str = "", operation: str | None = None) -> None:
@@ -104,6 +104,12 @@ class Call:
         # The ladder's grace period while it runs; `forced` ends it (now, or as soon as it starts).
         self.grace: trio.CancelScope | None = None
         self.forced = False
+        # Whether its worker runs under the sandbox's rules for syscalls that
+        # name another process (runner._host_limits): None until it has a worker.
+        self.pid_rules: bool | None = None
+        # Set when the host itself ends the call for what its worker did to the
+        # host (runner._host_limits): the call's tool_error, instead of `cancelled`.
+        self.host_stop: str | None = None
 
     def stop(self) -> None:
         """The ladder begins (timeouts too): no new UI prompt, and the open ones are answered now."""
@@ -121,6 +127,10 @@ class CallTable:
 
     def __len__(self) -> int:
         return len(self._calls)
+
+    def calls(self) -> list[Call]:
+        """The running calls, in the order they started."""
+        return list(self._calls.values())
 
     def get(self, call_id: str | None) -> Call | None:
         return self._calls.get(call_id) if call_id else None

@@ -49,6 +49,7 @@ from ._config import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT
 from ._deadlines import DeadlineKeeper
 from ._errors import ConfigError
 from ._factory import ProcessFactory
+from ._host_limits import HostLimits, host_limits, watch_host_limits
 from ._housekeeping import Housekeeping
 from ._pool import PoolRules, WorkerFactory, WorkerPool
 from ._proc import TeardownStats
@@ -90,6 +91,8 @@ class Runner(RunnerSettings):
         self.unenforced = unenforced
         self._teardown = TeardownStats()
         self._reliable = cgroups is not None
+        # Watched only for a runner of real processes: fakes cannot change them.
+        self._host_limits: HostLimits | None = host_limits() if factory is None else None
         self._housekeeping = Housekeeping(nursery)
         process_factory = ProcessFactory(
             nursery, cwd=config.cwd, env=os.environ if config.env is None else config.env, probe=probe,
@@ -325,6 +328,8 @@ class Runner(RunnerSettings):
         self._pool.want_spares(self.config.sandbox)  # the spare starts while discovery runs: they overlap
         if self.config.idle_timeout is not None:
             self._housekeeping.start_soon(self._pool.reap_idle)
+        if self._host_limits is not None:
+            self._housekeeping.start_soon(watch_host_limits, self._host_limits, self._calls.table)
 
     async def aclose(self) -> None:
         """Stop every worker (shutdown request, then the tree kill). Idempotent.
@@ -355,7 +360,12 @@ class Runner(RunnerSettings):
                 try:
                     await self._pool.shutdown_all(self.config.grace)
                 finally:
-                    await self._factory.aclose()
+                    try:
+                        await self._factory.aclose()
+                    finally:
+                        if self._host_limits is not None:
+                            self._host_limits.release()
+                            self._host_limits = None
 
 
 @asynccontextmanager
@@ -471,6 +481,8 @@ async def open_runner(
         runner = Runner(
             nursery, config, cache=module_cache, warnings=warnings, probe=found, cgroups=cgroups, unenforced=unenforced
         )
+        if runner._host_limits is not None:
+            runner._host_limits.acquire()
         try:
             await runner._start_housekeeping(nursery)
             await runner.load(tool_paths, discover_sources=discover, wanted_tool=config.wanted_tool)
