@@ -91,7 +91,6 @@ class Runner(RunnerSettings):
         self.unenforced = unenforced
         self._teardown = TeardownStats()
         self._reliable = cgroups is not None
-        # Watched only for a runner of real processes: fakes cannot change them.
         self._host_limits: HostLimits | None = host_limits() if factory is None else None
         self._housekeeping = Housekeeping(nursery)
         process_factory = ProcessFactory(
@@ -360,12 +359,7 @@ class Runner(RunnerSettings):
                 try:
                     await self._pool.shutdown_all(self.config.grace)
                 finally:
-                    try:
-                        await self._factory.aclose()
-                    finally:
-                        if self._host_limits is not None:
-                            self._host_limits.release()
-                            self._host_limits = None
+                    await self._factory.aclose()
 
 
 @asynccontextmanager
@@ -488,4 +482,8 @@ async def open_runner(
             await runner.load(tool_paths, discover_sources=discover, wanted_tool=config.wanted_tool)
             yield runner
         finally:
-            await runner.aclose()  # stops the housekeeping tasks first, and waits for them
+            try:
+                await runner.aclose()  # stops the housekeeping tasks first, and waits for them
+            finally:
+                if runner._host_limits is not None:
+                    runner._host_limits.release()
