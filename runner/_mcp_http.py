@@ -42,12 +42,13 @@ Rules:
    responses gets 202. Under any other revision a batch gets 400.
 8. A connection counts against ``max_connections`` only from its first
    complete head that passes rule 1's ``Origin`` and token checks
-   (``_mcp_http_admission``): before that it is pending, in a small quota
-   (full, its oldest member is dropped for a newcomer once it had a
-   moment), with a short deadline for that head. A first head that fails the checks is answered (403, 401)
-   and its connection closed; one that passes when ``max_connections``
-   admitted connections are open gets 503 and is closed. So connections
-   that stall, or lack the token, never lock out a client that has it.
+   (``_mcp_http_admission``). Before that it is pending, in a small quota
+   with a short deadline for that head; while the quota is full, the oldest
+   pending connection is dropped for a newcomer once it had half a second.
+   A first head that fails the checks is answered (403, 401) and its
+   connection closed; one that passes while ``max_connections`` admitted
+   connections are open gets 503 and is closed. So connections that stall,
+   or lack the token, never lock out a client that has it.
 """
 
 from __future__ import annotations

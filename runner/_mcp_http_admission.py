@@ -46,7 +46,7 @@ logger = logging.getLogger("xcsh_run.mcp")
 
 MAX_PENDING: Final = 128
 HEAD_TIMEOUT: Final = 10.0  # seconds from acceptance to a pending connection's first complete head
-MIN_AGE: Final = 1.0  # seconds a pending connection is kept before a newcomer may take its place
+MIN_AGE: Final = 0.5  # seconds a pending connection is kept before a newcomer may take its place
 # Out of fds or memory: accepting again at once would spin (as trio.serve_listeners does, wait a little).
 _ACCEPT_CAPACITY_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 
