@@ -329,3 +329,54 @@ async def test_stalled_connections_leave_no_task_or_socket_behind(token: str | N
 
             await wait_for(settled, "return to the tasks and sockets of before the attack")
             assert server.admission.dropped > 0
+
+
+async def test_a_refused_head_is_answered_whatever_its_body() -> None:
+    # The body of a refused head is read past, so the 401 arrives instead of a reset; a client
+    # waiting for `100 Continue` sends none and gets the 401 at once.
+    big = request_bytes({**INIT, "pad": "x" * 500_000}, {"authorization": "Bearer wrong"})
+    waiting = b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: 5000\r\nexpect: 100-continue\r\n\r\n"
+    with trio.fail_after(DEADLINE):
+        async with serving() as (server, port):
+            for payload in (big, waiting):
+                stream = await trio.open_tcp_stream("127.0.0.1", port)
+                started = trio.current_time()
+                await stream.send_all(payload)
+                answer = await read_until_closed(stream)
+                assert status_of(answer) == 401, answer[:200]
+                if payload is waiting:  # not after the 2 s a body is waited for
+                    assert trio.current_time() - started < 1.5
+                await stream.aclose()
+            assert server.admission.counts[0] == 0  # never admitted
+
+
+async def test_an_admitted_connection_has_request_timeout_for_a_trickled_head(monkeypatch: pytest.MonkeyPatch) -> None:
+    import runner._mcp_http_wire as wire
+
+    monkeypatch.setattr(wire, "REQUEST_TIMEOUT", 0.5)
+    with trio.fail_after(DEADLINE):
+        async with serving() as (server, port):
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            await stream.send_all(request_bytes(INIT, {**AUTH, "connection": "keep-alive"}))
+            first = b""
+            while b"\r\n\r\n" not in first:
+                first += await stream.receive_some(65536)
+            assert status_of(first) == 200
+            assert server.admission.counts == (1, 0)  # admitted: out of the pending quota's deadline
+            started = trio.current_time()
+            async with trio.open_nursery() as nursery:
+
+                async def trickle() -> None:
+                    for byte in STALLED_HEAD * 3:
+                        try:
+                            await stream.send_all(bytes([byte]))
+                        except trio.BrokenResourceError:
+                            return
+                        await trio.sleep(0.05)
+
+                nursery.start_soon(trickle)
+                rest = await read_until_closed(stream)
+                nursery.cancel_scope.cancel()
+            assert b"HTTP/1.1" not in rest  # closed, not answered: the head never came whole
+            assert 0.5 <= trio.current_time() - started < 2.5
+            await stream.aclose()
