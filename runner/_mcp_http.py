@@ -11,7 +11,9 @@ Rules:
 1. Every request passes, in this order: ``Origin`` (403 unless absent, a
    loopback origin, or allowed with ``--allow-origin``: DNS rebinding),
    the bearer token when one is set (401 with ``WWW-Authenticate``, compared
-   in constant time), the path (404), the method (405).
+   in constant time), the connection's admission (rule 8), the path (404),
+   the method (405). The first two are checked on the head, before the body
+   is read.
 2. ``initialize`` without ``Mcp-Session-Id`` opens a session and names it in
    the response header; every other message needs the header (400 without
    it, 404 for a session that is unknown or ended). An ``MCP-Protocol-Version``
@@ -24,8 +26,8 @@ Rules:
    ``Last-Event-ID`` within :data:`RESUME_WINDOW`; after that (at once for a
    JSON reply, which cannot be resumed) the call is stopped through the
    runner's ladder, as ``notifications/cancelled`` would.
-5. Everything is bounded: the head and body of a request (431, 413), the
-   connections (503 beyond ``max_connections``), the sessions (the least
+5. Everything is bounded: the head and body of a request (431, 413) and the
+   time to read them, the connections (rule 8), the sessions (the least
    recently used idle one is ended for a new one; 503 when none is idle),
    the streams kept per session, and each stream's events
    (``_mcp_http_streams``).
@@ -38,11 +40,21 @@ Rules:
    an SSE stream or as a JSON body as rule 3 says, and its requests stopped
    together when the client goes (rule 4); a batch of only notifications and
    responses gets 202. Under any other revision a batch gets 400.
+8. A connection counts against ``max_connections`` only from its first
+   complete head that passes rule 1's ``Origin`` and token checks
+   (``_mcp_http_admission``). Before that it is pending, in a small quota
+   with a short deadline for that head; while the quota is full, the oldest
+   pending connection is dropped for a newcomer once it had half a second.
+   A first head that fails the checks is answered (403, 401) and its
+   connection closed; one that passes while ``max_connections`` admitted
+   connections are open gets 503 and is closed. So connections that stall,
+   or lack the token, never lock out a client that has it.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import hmac
 import itertools
 import logging
@@ -58,8 +70,10 @@ import trio
 from worker._messages import ErrorCode, Request
 
 from ._mcp import SUPPORTED_PROTOCOL_VERSIONS, McpSession
+from ._mcp_http_admission import HEAD_TIMEOUT, MAX_PENDING, Admission, Ticket
 from ._mcp_http_streams import EventStream, JsonReply, StreamBusy
 from ._mcp_http_wire import LOOPBACK, ConnectionGone, HttpConnection, HttpError, HttpRequest, accepts, origin_allowed
+from ._mcp_http_wire import parse_address as parse_address
 from ._mcp_server import ToolServer
 from ._mcp_wire import Batch, Malformed, RequestId, classify, error_line, recover_id
 
@@ -121,12 +135,14 @@ class HttpServer:
         token: str | None = None,
         allowed_origins: Sequence[str] = (),
         max_connections: int = MAX_CONNECTIONS,
+        max_pending: int = MAX_PENDING,
+        head_timeout: float = HEAD_TIMEOUT,
     ) -> None:
         self._tools = tools
         self._max_body = max_body
         self._token = token.encode() if token else None
         self._allowed = tuple(allowed_origins)
-        self._connection_slots = max_connections
+        self.admission = Admission(admitted=max_connections, pending=max_pending, head_timeout=head_timeout)
         self._sessions: collections.OrderedDict[str, _HttpSession] = collections.OrderedDict()
         self._numbers = itertools.count(1)
         self._nursery: trio.Nursery | None = None
@@ -137,7 +153,7 @@ class HttpServer:
         async def main(_: trio.Nursery) -> None:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                await trio.serve_listeners(self._connection, listeners, handler_nursery=nursery)
+                await self.admission.serve(listeners, self._connection, nursery)
 
         try:
             await self._tools.run(main, ended="the listener closed", handle_signals=handle_signals)
@@ -152,32 +168,35 @@ class HttpServer:
 
     async def _connection(self, stream: trio.SocketStream) -> None:
         conn = HttpConnection(stream, max_body=self._max_body)
+        ticket = self.admission.arrive()
         try:
-            if self._connection_slots <= 0:
-                await self._refuse(conn, _Refused(503, "too many connections"), close=True)
-                return
-            self._connection_slots -= 1
-            try:
-                while (request := await self._next(conn)) is not None:
+            # Cancelled when a newer pending connection takes its place (rule 8).
+            with ticket.scope:
+                while (request := await self._next(conn, ticket)) is not None:
                     try:
                         await self._dispatch(conn, request)
                     except _Refused as refused:
                         await self._refuse(conn, refused)
                     if not conn.reusable:
                         return
-            finally:
-                self._connection_slots += 1
         except ConnectionGone:
             pass
         except Exception:
             # One connection's failure must not take the server (and every session) down.
             logger.exception("an HTTP connection failed")
         finally:
+            self.admission.leave(ticket)
             await conn.aclose()
 
-    async def _next(self, conn: HttpConnection) -> HttpRequest | None:
+    async def _next(self, conn: HttpConnection, ticket: Ticket) -> HttpRequest | None:
         try:
-            return await conn.next_request()
+            if ticket.admitted:
+                return await conn.next_request()
+            screen = functools.partial(self._screen, ticket)
+            return await conn.next_request(screen, head_deadline=ticket.head_deadline)
+        except _Refused as refused:  # from the screen: this connection was never admitted
+            await self._refuse(conn, refused, close=True)
+            return None
         except HttpError as exc:
             request_id = recover_id(exc.head, tail=exc.tail) if exc.head else None
             session = self._sessions.get(exc.session_id or "")
@@ -185,6 +204,18 @@ class HttpServer:
                 request_id = None  # that id's answer is still to come: never a second one
             await self._refuse(conn, _Refused(exc.status, str(exc), request_id=request_id), close=True)
             return None
+
+    def _screen(self, ticket: Ticket, headers: dict[str, str]) -> None:
+        """The first head of a pending connection: checked, then admitted (rule 8), before its body is read."""
+        self._check_head(headers)
+        if not self.admission.admit(ticket):
+            raise _Refused(503, f"too many connections ({self.admission.limit} open); try again when one closes")
+
+    def _check_head(self, headers: dict[str, str]) -> None:
+        if not origin_allowed(headers.get("origin"), self._allowed):
+            raise _Refused(403, f"forbidden origin: {headers.get('origin')}")
+        if self._token is not None:
+            self._authorize(headers.get("authorization"))
 
     async def _refuse(self, conn: HttpConnection, refused: _Refused, *, close: bool = False) -> None:
         body = error_line(refused.request_id, refused.code, str(refused))
@@ -196,10 +227,7 @@ class HttpServer:
 
     async def _dispatch(self, conn: HttpConnection, request: HttpRequest) -> None:
         headers = request.headers
-        if not origin_allowed(headers.get("origin"), self._allowed):
-            raise _Refused(403, f"forbidden origin: {headers.get('origin')}")
-        if self._token is not None:
-            self._authorize(headers.get("authorization"))
+        self._check_head(headers)  # again on every request of an admitted connection
         if request.path != ENDPOINT:
             raise _Refused(404, f"not found: the MCP endpoint is {ENDPOINT}")
         version = headers.get("mcp-protocol-version")
@@ -432,17 +460,6 @@ class HttpServer:
         self._sessions.pop(session.id, None)
         for stream in session.streams.values():
             stream.close()
-
-
-def parse_address(value: str) -> tuple[str, int]:
-    """``HOST:PORT`` or ``PORT`` (then 127.0.0.1); ``[v6]:PORT`` for IPv6 hosts."""
-    host, sep, port = value.rpartition(":")
-    if not sep:
-        host, port = "127.0.0.1", value
-    host = host.strip("[]") or "127.0.0.1"
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"--http takes HOST:PORT or PORT, got {value!r}")
-    return host, int(port)
 
 
 async def serve_http(

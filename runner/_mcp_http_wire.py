@@ -6,24 +6,35 @@ module only moves bytes between it and the socket, and bounds everything.
 
 Rules:
 
-1. A request's head is bounded by h11 (``max_incomplete_event_size``), its
-   body by ``max_body`` while it is read (``Content-Length`` is checked
-   first; a chunked body is counted): an oversized request gets 413 (431 for
-   the head) and the connection closes, nothing beyond the limit is buffered.
-2. Reading a request is bounded in time (a slow client cannot hold a
-   connection forever); so is an idle keep-alive connection.
-3. While a streamed response is written, :meth:`HttpConnection.watch_closed`
+1. A request's head is bounded: h11 refuses a head still incomplete past
+   ``MAX_HEAD_BYTES`` (``max_incomplete_event_size``), and a head that came
+   whole in one read is measured once parsed, so no head over the limit
+   passes (431). Its body is bounded by ``max_body`` while it is read
+   (``Content-Length`` is checked first; a chunked body is counted): an
+   oversized request gets 413 and the connection closes, nothing beyond the
+   limit is buffered.
+2. Reading a request is bounded in time: once its first byte came, head and
+   body must arrive within :data:`REQUEST_TIMEOUT`; an idle keep-alive
+   connection closes after :data:`IDLE_TIMEOUT`; and the caller may set an
+   earlier deadline for the head (a connection not yet admitted, see
+   ``_mcp_http_admission``).
+3. A caller's ``screen`` sees a request's head before its body is read; when
+   it refuses the head, the body is read past (not kept, bounded in size and
+   time) so that the refusal reaches the client instead of a reset, unless
+   the client waits for ``100 Continue``.
+4. While a streamed response is written, :meth:`HttpConnection.watch_closed`
    notices the client going away (its end of the socket closes), which is how
    a disconnect during a call is seen; bytes the client sends meanwhile are
    kept for h11 (a pipelined request), never dropped.
-4. Sending never blocks forever on a client that stopped reading: each send
-   is bounded by ``send_timeout``, after which the connection counts as gone.
+5. Sending never blocks forever on a client that stopped reading: each send
+   is bounded by :data:`SEND_TIMEOUT`, after which the connection counts as gone.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, NoReturn
 from urllib.parse import urlsplit
@@ -41,6 +52,7 @@ LOOPBACK: Final = frozenset({"localhost", "127.0.0.1", "::1"})
 _EDGE: Final = 1024  # bytes kept of each end of an oversized body
 REQUEST_TIMEOUT: Final = 30.0  # to read one request, once its first byte came
 IDLE_TIMEOUT: Final = 75.0  # between requests on a kept-alive connection
+DISCARD_TIMEOUT: Final = 2.0  # to read past the body of a refused head (rule 3)
 SEND_TIMEOUT: Final = 30.0
 
 
@@ -76,32 +88,62 @@ class HttpConnection:
         self._stream = stream
         self._max_body = max_body
         self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
-        self.closed = trio.Event()  # the client's end is gone (rule 3)
+        self.closed = trio.Event()  # the client's end is gone (rule 4)
+        self._request_deadline = math.inf  # set by a request's first bytes (rule 2)
+        self._head_scope: trio.CancelScope | None = None
 
-    async def next_request(self) -> HttpRequest | None:
+    async def next_request(
+        self, screen: Callable[[dict[str, str]], None] | None = None, *, head_deadline: float = math.inf
+    ) -> HttpRequest | None:
         """The next request, or None once the client is done (or too slow, rule 2).
 
-        Raises :class:`HttpError` for a request to refuse (rule 1); the caller
-        answers it and closes.
+        ``screen`` is called with the head's headers before the body is read;
+        an exception it raises is raised here once the body was read past
+        (rule 3). ``head_deadline`` (``trio.current_time()`` clock) bounds the
+        wait for the head further. Raises :class:`HttpError` for a request to
+        refuse (rule 1); the caller answers it and closes.
         """
         if self._h11.our_state is h11.DONE and self._h11.their_state is h11.DONE:
             self._h11.start_next_cycle()
         elif self._h11.our_state is not h11.IDLE:
             return None  # the last response ended the connection
+        self._request_deadline = math.inf
+        if self._h11.trailing_data[0]:
+            self._started()  # a pipelined request: its first bytes are here already
         event: object = None
-        with trio.move_on_after(IDLE_TIMEOUT):
+        with trio.move_on_at(min(trio.current_time() + IDLE_TIMEOUT, head_deadline)) as self._head_scope:
             event = await self._next_event()
+        self._head_scope = None
         if not isinstance(event, h11.Request):
-            return None  # the client closed, or said nothing for too long
-        with trio.move_on_after(REQUEST_TIMEOUT):
-            return await self._read_request(event)
+            return None  # the client closed, or said nothing (or not a whole head) for too long
+        self._started()
+        with trio.move_on_at(self._request_deadline):
+            return await self._read_request(event, screen)
         return None
 
-    async def _read_request(self, head: h11.Request) -> HttpRequest:
+    def _started(self) -> None:
+        """A request's first bytes came: all of it is due within REQUEST_TIMEOUT (rule 2)."""
+        if self._request_deadline == math.inf:
+            self._request_deadline = trio.current_time() + REQUEST_TIMEOUT
+            if self._head_scope is not None:
+                self._head_scope.deadline = min(self._head_scope.deadline, self._request_deadline)
+
+    async def _read_request(self, head: h11.Request, screen: Callable[[dict[str, str]], None] | None) -> HttpRequest:
         headers: dict[str, str] = {}
+        size = len(head.method) + len(head.target) + 12  # the request line: "M T HTTP/1.1\r\n"
         for raw_name, raw_value in head.headers:
+            size += len(raw_name) + len(raw_value) + 4
             name, value = raw_name.decode("latin-1"), raw_value.decode("latin-1")
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
+        if size > MAX_HEAD_BYTES:
+            # Whole in one read, so h11's bound on an incomplete head did not see it (rule 1).
+            raise HttpError(431, f"request header fields too large: the limit is {MAX_HEAD_BYTES} bytes")
+        if screen is not None:
+            try:
+                screen(headers)
+            except Exception:
+                await self._discard()
+                raise
         length = headers.get("content-length")
         declared = int(length) if length is not None and length.isdigit() and len(length) <= 18 else None
         if declared is not None and declared > self._max_body * _DRAIN_FACTOR:
@@ -119,6 +161,21 @@ class HttpConnection:
                 raise HttpError(400, "the request ended before its body")
         target = head.target.decode("latin-1")
         return HttpRequest(head.method.decode("ascii"), target.split("?", 1)[0], headers, bytes(body))
+
+    async def _discard(self) -> None:
+        """Read past the body of a refused head, keeping nothing (rule 3); give up quietly at the bounds."""
+        if self._h11.they_are_waiting_for_100_continue:
+            return  # it sends no body until told to: the refusal goes at once
+        size = 0
+        with trio.move_on_after(DISCARD_TIMEOUT):
+            while size <= self._max_body:
+                try:
+                    event = await self._next_event()
+                except HttpError:
+                    return
+                if not isinstance(event, h11.Data):
+                    return  # its end, or something h11 will not parse past
+                size += len(event.data)
 
     async def _drain(self, body: bytearray, session_id: str | None) -> NoReturn:
         """Read past an oversized body (up to a bound), keeping its first and last KiB; then refuse it (413).
@@ -159,6 +216,8 @@ class HttpConnection:
             self._h11.receive_data(bytes(data))
             if not data:
                 self.closed.set()
+            else:
+                self._started()
 
     # --- responses -----------------------------------------------------------
 
@@ -196,7 +255,7 @@ class HttpConnection:
             raise ConnectionGone from exc
 
     async def watch_closed(self) -> None:
-        """Return once the client's end closes (rule 3); run beside a streamed response, then cancel."""
+        """Return once the client's end closes (rule 4); run beside a streamed response, then cancel."""
         kept = 0
         while not self.closed.is_set():
             try:
@@ -243,3 +302,14 @@ def accepts(header: str | None) -> tuple[bool, bool]:
     return (anything or "application/json" in types or "application/*" in types), (
         anything or "text/event-stream" in types or "text/*" in types
     )
+
+
+def parse_address(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` or ``PORT`` (then 127.0.0.1); ``[v6]:PORT`` for IPv6 hosts."""
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        host, port = "127.0.0.1", value
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"--http takes HOST:PORT or PORT, got {value!r}")
+    return host, int(port)

@@ -19,9 +19,10 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
+import httpx2
 import trio
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -103,12 +104,20 @@ async def http_server(
 
 
 @asynccontextmanager
-async def sdk_session(url: str, **callbacks: Any) -> AsyncIterator[ClientSession]:
-    """An initialized SDK session over Streamable HTTP (the client DELETEs the session at exit)."""
-    async with (
-        streamable_http_client(url) as (read, write),
-        ClientSession(read, write, read_timeout_seconds=DEADLINE, **callbacks) as s,
-    ):
+async def sdk_session(
+    url: str, *, headers: dict[str, str] | None = None, **callbacks: Any
+) -> AsyncIterator[ClientSession]:
+    """An initialized SDK session over Streamable HTTP (the client DELETEs the session at exit).
+
+    ``headers`` go with every request (``Authorization`` for a server with a token).
+    """
+    async with AsyncExitStack() as stack:
+        http = None
+        if headers is not None:  # else the SDK's own client, with its defaults
+            timeout = httpx2.Timeout(DEADLINE, read=300)
+            http = await stack.enter_async_context(httpx2.AsyncClient(headers=headers, timeout=timeout))
+        read, write = await stack.enter_async_context(streamable_http_client(url, http_client=http))
+        s = await stack.enter_async_context(ClientSession(read, write, read_timeout_seconds=DEADLINE, **callbacks))
         await s.initialize()
         yield s
 
