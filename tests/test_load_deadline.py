@@ -220,9 +220,12 @@ async def test_a_worker_that_gets_no_cpu_for_longer_than_the_load_timeout_still_
 
 PROCESSES = scaled(10, 40)
 HOGS = 2
-# A cold CLI costs about a second of CPU; PROCESSES of them beside HOGS busy loops on two cores
-# take a minute or so. The deadline is for a hang, not for slowness.
+# 40 cold CLIs beside 2 hogs took 9-21 s on 2 cores. The deadline is for a hang, not for slowness.
 DEADLINE = 240.0
+# Small, so that the starvation below is many times it in wall time: a worker's start and the import use
+# 0.05-0.25 s of CPU (fork server, Popen, Bun), and with a deadline in wall time 2 to 22 of 40 of these
+# CLIs ended "did not finish loading within 1 s (load timeout)"; with one in CPU time none does.
+CLI_LOAD_TIMEOUT = 1
 HOG = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
 
 
@@ -230,8 +233,20 @@ def _run_all(tools: Path, env: dict[str, str], deadline: float) -> list[Outcome]
     started = time.monotonic()
     procs = [
         subprocess.Popen(
-            [XCSH_RUN, "quick", "--args", f'{{"n": {i}}}', "--tools", str(tools)],
+            [
+                XCSH_RUN,
+                "quick",
+                "--args",
+                f'{{"n": {i}}}',
+                "--tools",
+                str(tools),
+                "--load-timeout",
+                str(CLI_LOAD_TIMEOUT),
+            ],
             env=env,
+            # Each in its own session, as each agent's shell starts it: with the scheduler's
+            # autogroups, a session is what gets a fair share, and a CLI must get only its own.
+            start_new_session=True,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -292,7 +307,9 @@ def test_concurrent_cold_clis_beside_cpu_hogs_all_answer(tmp_path: Path) -> None
     }  # fmt: skip
     # Each hog ends by itself after the deadline too, should the finally below never run.
     hogs = [
-        subprocess.Popen([sys.executable, "-c", HOG.format(seconds=DEADLINE + 60)], stdin=subprocess.DEVNULL)
+        subprocess.Popen(
+            [sys.executable, "-c", HOG.format(seconds=DEADLINE + 60)], stdin=subprocess.DEVNULL, start_new_session=True
+        )
         for _ in range(HOGS)
     ]
     try:
