@@ -330,8 +330,8 @@ class ToolRegistry:
         """
         module = candidate.resolved
         worker: PoolWorker | None = None  # set once the module is being loaded
-        # CPU seconds of the worker's tree, and a longer wall bound (runner._load_deadline).
-        deadline = LoadDeadline(timeout, max(self._config.load_wall_bound, timeout))
+        # CPU seconds of the worker's tree, and a longer wall bound, never shorter than ``timeout`` (a call's own).
+        deadline = LoadDeadline(timeout, self._config.load_wall_bound)
 
         async def load(started: PoolWorker) -> p.LoadResult:
             nonlocal worker

@@ -19,11 +19,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Literal
 
 import pytest
 import trio
 
 from runner import ConfigError, RunnerConfig
+from runner._load_deadline import LoadDeadline
 
 from ._leftovers import cgroup_dirs, remove_cgroups, workdirs
 from ._scale import STRESS, scaled
@@ -89,6 +91,34 @@ def test_the_wall_bound_defaults_to_six_load_timeouts_and_at_least_a_minute() ->
         RunnerConfig(load_timeout=10, load_wall_timeout=5)
     with pytest.raises(ConfigError, match="load_wall_timeout must be a positive number"):
         RunnerConfig(load_wall_timeout=0)
+
+
+def test_each_way_a_load_runs_out_of_time_has_its_own_words() -> None:
+    class Worker:
+        def __init__(self, cpu: float) -> None:
+            self.cpu = cpu
+
+        def cpu_seconds(self) -> float:
+            return self.cpu
+
+    def told(expired: Literal["cpu", "wall"], worker: Worker | None, used: float) -> str:
+        deadline = LoadDeadline(10, 60)
+        deadline.expired, deadline.worker, deadline.used = expired, worker, used  # type: ignore[assignment]
+        return deadline.message("m.py")
+
+    assert told("cpu", Worker(10.2), 10.2) == (
+        "m.py: the module used 10.2 s of CPU importing (load timeout 10 s of CPU); it may loop at import time "
+        "(raise --load-timeout if it really needs longer)"
+    )
+    assert "while using almost no CPU (0.12 s); it may block at import time (stdin, network, sleep)" in told(
+        "wall", Worker(0.12), 0.12
+    )
+    busy = told("wall", Worker(8), 8.0)
+    assert "in 60 s of wall time, using 8.0 s of CPU (load timeout 10 s); the machine may be overloaded" in busy
+    assert "almost no CPU" not in busy
+    assert "no worker was ready to import the module within 60 s of wall time" in told("wall", None, 0.0)
+    # The wall bound is never shorter than the CPU bound: a call's own longer timeout keeps its worth.
+    assert LoadDeadline(90, 60).wall_seconds == 90
 
 
 @pytest.mark.parametrize("forkserver", [False, True], ids=["popen", "forkserver"])
