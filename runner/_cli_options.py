@@ -137,7 +137,12 @@ AllowOriginOpt = Annotated[
     ),
 ]
 LoadTimeoutOpt = Annotated[
-    float, typer.Option("--load-timeout", help="Seconds a module may take to import and run its factory.")
+    float,
+    typer.Option(
+        "--load-timeout",
+        help="CPU seconds a module's worker may use to start, import it and run its factory; one that blocks "
+        "instead is stopped after max(6 x this, 60) seconds of wall time.",
+    ),
 ]
 
 

@@ -25,6 +25,10 @@ from ._sandbox import SandboxPolicy
 DEFAULT_TIMEOUT: Final = 60.0
 DEFAULT_GRACE: Final = 1.0
 DEFAULT_LOAD_TIMEOUT: Final = 10.0
+# The wall bound of a load, unless given: this many load timeouts, and never less than the floor
+# (``runner._load_deadline`` rule 2 says why).
+LOAD_WALL_FACTOR: Final = 6
+LOAD_WALL_FLOOR: Final = 60.0
 DEFAULT_MAX_CALLS_PER_WORKER: Final = 1000
 DEFAULT_IDLE_TIMEOUT: Final = 300.0
 DEFAULT_MAX_WORKER_RSS_MB: Final = 1024
@@ -67,7 +71,13 @@ class RunnerConfig:
         default_timeout: seconds a call may take when neither the call nor its policy's
             ``wall_seconds`` says; a tool's own timeout may only shorten it.
         grace: seconds between SIGTERM and the tree kill in the ladder.
-        load_timeout: seconds a module may take to import and run its factory.
+        load_timeout: CPU seconds a module's worker may use to start, import the
+            module and run its factory (its whole tree: a module that loops burns
+            CPU, a starved machine does not; see ``runner._load_deadline``).
+        load_wall_timeout: wall-clock seconds the same may take, however little CPU
+            it uses: what catches a module that blocks at import (stdin, a socket,
+            ``time.sleep``). None (the default): ``max(6 * load_timeout, 60)``.
+            At least ``load_timeout``.
         max_frame_bytes: the largest protocol message accepted either way.
         env: the workers' environment; default: the host's.
         discover_sources: True reads every source of discovery (``.xcsh``,
@@ -125,6 +135,7 @@ class RunnerConfig:
     default_timeout: float = DEFAULT_TIMEOUT
     grace: float = DEFAULT_GRACE
     load_timeout: float = DEFAULT_LOAD_TIMEOUT
+    load_wall_timeout: float | None = None
     max_frame_bytes: int = p.DEFAULT_MAX_FRAME_BYTES
     env: Mapping[str, str] | None = None
     discover_sources: bool | None = None
@@ -177,9 +188,14 @@ class RunnerConfig:
             fix(self, "env", MappingProxyType(dict(self.env)))
         for label in ("default_timeout", "grace", "load_timeout"):
             fix(self, label, check_seconds(label, getattr(self, label)))
-        for label in ("idle_timeout", "queue_timeout"):
+        for label in ("idle_timeout", "queue_timeout", "load_wall_timeout"):
             if getattr(self, label) is not None:
                 fix(self, label, check_seconds(label, getattr(self, label)))
+        if self.load_wall_timeout is not None and self.load_wall_timeout < self.load_timeout:
+            raise ConfigError(
+                f"load_wall_timeout ({self.load_wall_timeout:g} s of wall time) must be at least load_timeout "
+                f"({self.load_timeout:g} s of CPU): no load can use more CPU than wall time on one core"
+            )
         if not MIN_FRAME_BYTES <= self.max_frame_bytes <= MAX_FRAME_BYTES:
             raise ConfigError(f"max_frame_bytes must be between 1 KiB and 4 GiB, got {self.max_frame_bytes}")
         if self.max_workers is not None and self.max_workers < 1:
@@ -190,6 +206,13 @@ class RunnerConfig:
             raise ConfigError(f"max_calls_per_worker must be at least 1 (or None), got {self.max_calls_per_worker}")
         if self.max_worker_rss_mb is not None and self.max_worker_rss_mb < 1:
             raise ConfigError(f"max_worker_rss_mb must be at least 1 (or None), got {self.max_worker_rss_mb}")
+
+    @property
+    def load_wall_bound(self) -> float:
+        """Wall-clock seconds a load may take: ``load_wall_timeout``, or its default."""
+        if self.load_wall_timeout is not None:
+            return self.load_wall_timeout
+        return max(self.load_timeout * LOAD_WALL_FACTOR, LOAD_WALL_FLOOR)
 
     @property
     def worker_limit(self) -> int:
@@ -236,7 +259,7 @@ class RunnerSettings:
 
     @property
     def load_timeout(self) -> float:
-        """Seconds a module may take to load."""
+        """CPU seconds a module's worker may use to load it (``RunnerConfig.load_timeout``)."""
         return self.config.load_timeout
 
     @property

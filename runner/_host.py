@@ -105,8 +105,9 @@ class Runner(RunnerSettings):
             max_calls_per_worker=config.max_calls_per_worker, idle_timeout=config.idle_timeout,
             max_worker_rss_mb=config.max_worker_rss_mb, spare_count=config.spare_workers,
         )  # fmt: skip
+        # A spare's start is the first part of the load that takes it (runner._load_deadline): the same wall bound.
         self._pool = WorkerPool(
-            self._factory, rules, nursery=nursery, housekeeping=self._housekeeping, start_timeout=config.load_timeout
+            self._factory, rules, nursery=nursery, housekeeping=self._housekeeping, start_timeout=config.load_wall_bound
         )
         self._registry = ToolRegistry(config, self._pool, cache, warnings)
         table = CallTable()
@@ -371,6 +372,7 @@ async def open_runner(
     default_timeout: float = DEFAULT_TIMEOUT,
     grace: float = DEFAULT_GRACE,
     load_timeout: float = DEFAULT_LOAD_TIMEOUT,
+    load_wall_timeout: float | None = None,
     max_frame_bytes: int = p.DEFAULT_MAX_FRAME_BYTES,
     env: Mapping[str, str] | None = None,
     discover_sources: bool | None = None,
@@ -416,6 +418,7 @@ async def open_runner(
         default_timeout=default_timeout,
         grace=grace,
         load_timeout=load_timeout,
+        load_wall_timeout=load_wall_timeout,
         max_frame_bytes=max_frame_bytes,
         env=env,
         discover_sources=discover_sources,

@@ -101,7 +101,7 @@ class ToolServer:
         cwd: the working directory tools see; default: the current one.
         timeout: seconds per call, a ceiling (a tool's own shorter timeout still applies); None: the default.
         grace: seconds between SIGTERM and the tree kill in the ladder.
-        load_timeout: seconds a module may take to load.
+        load_timeout: CPU seconds a module's worker may use to load it (``RunnerConfig.load_timeout``).
         poll_interval: seconds between checks of the tool files for changes.
         max_workers: calls running at once; more wait their turn (see ``RunnerConfig``).
         queue_timeout: seconds a call may wait for its turn before it ends

@@ -27,6 +27,7 @@ from ._discovery import Candidate, Discovery, Shadowed, ToolSource, collect, loc
 from ._errors import ConfigError, RemoteProtocolError, WorkerDied, WorkerError, WorkerStartupError, describe_exit
 from ._faults import fault_point
 from ._grants import reaches, ungranted_note, withheld_note
+from ._load_deadline import LoadDeadline
 from ._pool import Slot, WorkerPool
 from ._proc import RemoteError
 from ._results import ToolResult
@@ -323,31 +324,29 @@ class ToolRegistry:
     async def spawn_loaded(
         self, candidate: Candidate, timeout: float, policy: SandboxPolicy
     ) -> tuple[Slot, p.LoadResult]:
-        """A worker under ``policy`` with ``candidate`` loaded, within ``timeout``; raises LoadFailed.
+        """A worker under ``policy`` with ``candidate`` loaded, within ``timeout`` CPU seconds; raises LoadFailed.
 
         Cancellation: the worker is gone (bounded) before ``Cancelled`` leaves.
         """
         module = candidate.resolved
         worker: PoolWorker | None = None  # set once the module is being loaded
+        # CPU seconds of the worker's tree, and a longer wall bound, never shorter than ``timeout`` (a call's own).
+        deadline = LoadDeadline(timeout, self._config.load_wall_bound)
 
         async def load(started: PoolWorker) -> p.LoadResult:
             nonlocal worker
             worker = started
             fault_point("load", started.pid)
-            return await started.call(p.LOAD, _load_params(candidate))
+            return await deadline.answer(started, p.LOAD, _load_params(candidate))
 
         try:
-            # Before the load's timeout: a first build of the module's own environment takes a while.
+            # Before the load's deadline: a first build of the module's own environment takes a while.
             tool_env = await envs.runtime_for(candidate, self._config.cache_dir)
-            with trio.move_on_after(timeout):
+            with deadline.bounds():
                 slot, result = await self._pool.start_loaded(module, policy, load, tool_env)
                 slot.loaded = result
                 return slot, result
-            raise LoadFailed(
-                f"{module}: the module did not finish loading within {timeout:g} s (load timeout); "
-                "it may loop or block at import time",
-                _tail(worker),
-            )
+            raise LoadFailed(deadline.message(module), _tail(worker))
         except envs.EnvError as exc:  # its `# /// script` block, or an installer's failure (not cached)
             raise LoadFailed(str(exc), deterministic=exc.deterministic) from None
         except RemoteError as exc:

@@ -110,7 +110,7 @@ class AsyncioRunner:
 
     @property
     def load_timeout(self) -> float:
-        """Seconds a module may take to load."""
+        """CPU seconds a module's worker may use to load it (``RunnerConfig.load_timeout``)."""
         return self.blocking.load_timeout
 
     @property

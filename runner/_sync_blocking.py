@@ -114,7 +114,7 @@ class BlockingRunner:
 
     @property
     def load_timeout(self) -> float:
-        """Seconds a module may take to load."""
+        """CPU seconds a module's worker may use to load it (``RunnerConfig.load_timeout``)."""
         return self._runner.load_timeout
 
     @property

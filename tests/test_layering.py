@@ -65,7 +65,17 @@ RANKS: tuple[tuple[int, tuple[str, ...]], ...] = (
     ),
     # WorkerProcess: the trio adapter over the protocol's connection.
     (3, ("runner._proc", "runner._worker_api")),
-    (4, ("runner._pool", "runner._registry", "runner._factory", "runner._housekeeping", "runner._deadlines")),
+    (
+        4,
+        (
+            "runner._pool",
+            "runner._registry",
+            "runner._load_deadline",
+            "runner._factory",
+            "runner._housekeeping",
+            "runner._deadlines",
+        ),
+    ),
     (5, ("runner._calls", "runner._calltable", "runner._outcomes", "runner._bridge", "runner._host_limits")),
     # The Runner facade and open_runner.
     (6, ("runner._host",)),
