@@ -26,6 +26,7 @@ from ._cli_options import ExitCode, fail, fail_arguments
 from ._cli_output import print_text, warn
 from ._host import open_runner
 from ._results import ToolResult
+from ._safe_text import json_text, visible
 from ._sandbox import SandboxPolicy
 from ._signals import Signals
 
@@ -261,7 +262,7 @@ def lookup_tool(
     if missing is not None and missing.kind == "load_error":
         warn(warnings)
         if as_json:
-            typer.echo(json.dumps(missing.to_json(), ensure_ascii=False))
+            typer.echo(json_text(missing.to_json()))
         else:
             print_text(missing)
         raise typer.Exit(int(ExitCode.TOOL_ERROR))
@@ -295,7 +296,7 @@ def tool_flags(
         )
     fields, reserved = split_reserved(fields_of(info["parameters"]), run_options)
     if help:
-        typer.echo(tool_help(info, fields, reserved))
+        typer.echo(visible(tool_help(info, fields, reserved)))  # its description is the tool's text
         typer.echo("Run options (for every tool):\n")
         typer.echo(ctx.get_help())
         raise typer.Exit(0)
