@@ -214,8 +214,12 @@ def terminal_nodes(root: str = "/dev") -> list[str]:
                 continue
             if stat.S_ISDIR(st.st_mode) and entry.name != "pts":
                 pending.append(entry.path)
-            elif stat.S_ISCHR(st.st_mode) and st.st_rdev not in (TTY_DEVICE, PTMX_DEVICE):
-                found += [entry.path] if _is_terminal(st.st_rdev, ranges) else []
+            elif (
+                stat.S_ISCHR(st.st_mode)
+                and st.st_rdev not in (TTY_DEVICE, PTMX_DEVICE)
+                and _is_terminal(st.st_rdev, ranges)
+            ):
+                found.append(entry.path)
     return sorted(found)
 
 
