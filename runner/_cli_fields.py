@@ -214,7 +214,8 @@ def _type_label(field: Field) -> str:
 def tool_help(info: Mapping[str, Any], fields: Sequence[Field], reserved: Sequence[Field]) -> str:
     """A tool's description and its flags, for ``xcsh-run TOOL --help``."""
     lines = [f"xcsh-run {info['name']}: {info.get('label') or info['name']}", ""]
-    lines += [f"  {line}".rstrip() for line in (info.get("description") or "").strip().splitlines()]
+    # Shown before it is split: splitlines() would break it at a CR or a C1 NEL the tool put in.
+    lines += [f"  {line}".rstrip() for line in visible(info.get("description") or "").strip().splitlines()]
     lines += ["", "Parameters (from the tool's schema; also given as one object with --args JSON):"]
     if not fields and not reserved:
         lines.append("  (none)")

@@ -31,7 +31,8 @@ class Status:
         if not self.enabled:
             return
         texts = [b.get("text", "") for b in partial.get("content", []) if b.get("type") == "text"]
-        line = visible((texts[-1].splitlines() or [""])[-1]) if texts else ""
+        # Shown before it is split: splitlines() breaks at a CR (and at C1 NEL), which would hide the rest.
+        line = (visible(texts[-1]).splitlines() or [""])[-1] if texts else ""
         width = shutil.get_terminal_size((80, 20)).columns - 3
         self._frame = (self._frame + 1) % len(self.FRAMES)
         sys.stderr.write(f"\r\x1b[K{self.FRAMES[self._frame]} {line[:width]}")

@@ -11,7 +11,7 @@ passes through :func:`visible` before the host prints it or logs it:
    (U+0080-U+009F, which a terminal may read as ESC-sequences: U+009B is CSI)
    are shown as ``\\xNN``: ESC as the four characters ``\\x1b``. Nothing is
    dropped, so what the tool sent can still be read.
-2. CR is shown as ``\\r`` (a bare CR moves back over the line: a forged line
+2. CR is shown as ``\\x0d`` (a bare CR moves back over the line: a forged line
    could be drawn over a real one), except in a CRLF line end, which is an
    LF: text written with Windows line ends reads as it should.
 3. Bidirectional overrides and isolates (U+202A-U+202E, U+2066-U+2069, the
