@@ -1,4 +1,6 @@
-"""The terminal is the host's: a tool neither writes escape sequences to it nor opens it (docs/sandbox.md, "The terminal").
+"""The terminal is the host's: a tool neither writes escape sequences to it nor opens it.
+
+docs/sandbox.md, "The terminal", says the rule per level; docs/cli.md, what the CLI shows.
 
 Two attacks, each through the real CLI on a pty the test made (tests/_pty.py):
 
@@ -261,7 +263,8 @@ def _try(path):
             out[name] = f"errno {exc.errno}"
             continue
         try:
-            out[name] = "terminal" if os.isatty(fd) else f"not a terminal ({os.major(os.fstat(fd).st_rdev)},{os.minor(os.fstat(fd).st_rdev)})"
+            rdev = os.fstat(fd).st_rdev
+            out[name] = "terminal" if os.isatty(fd) else f"not a terminal ({os.major(rdev)},{os.minor(rdev)})"
             if name == "write" and os.isatty(fd):
                 os.write(fd, FORGED)
         finally:
