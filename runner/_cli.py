@@ -14,7 +14,6 @@ and fuzz, in ``_cli_commands``; new, doctor and install-bun, in a module each.
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import sys
 from typing import Annotated, Any, NoReturn
@@ -48,6 +47,7 @@ from ._envs import show_builds_on_stderr
 from ._fuzz_report import COMMANDS
 from ._host import open_runner
 from ._results import ToolResult
+from ._safe_text import json_text, visible
 from ._sandbox import SandboxPolicy
 from ._signals import CallStopper, Signals
 from ._terminal import TerminalUI, configure_log_file
@@ -139,7 +139,7 @@ def run_command(
                         ok = interactive and await TerminalUI(None).confirm("resolve", f"apply: {preview['label']}?")
                         action = "apply" if ok else "discard"
                     settled = await runner.call_tool("resolve", {"action": action, "reason": "xcsh-run --resolve"})
-                    typer.echo(f"xcsh-run: resolve ({action}): {settled.text}", err=True)
+                    typer.echo(f"xcsh-run: resolve ({action}): {visible(settled.text)}", err=True)
                 rendered = None
                 info = runner.get_tool(tool)
                 if status is not None and not result.is_error and info is not None and info.has_render_result:
@@ -155,9 +155,9 @@ def run_command(
     if stream:
         emit_ndjson("result", result.to_json())
     elif as_json:
-        typer.echo(json.dumps(result.to_json(), ensure_ascii=False))
+        typer.echo(json_text(result.to_json()))
     elif rendered is not None:
-        typer.echo(rendered)
+        typer.echo(visible(rendered))
     else:
         print_text(result)
     if result.kind == "not_found":
@@ -198,7 +198,7 @@ def list_command(
     found, errors, warnings = _load(tools, load_timeout, sandbox)
     warn(warnings)
     if as_json:
-        typer.echo(json.dumps({"tools": found, "errors": errors, "warnings": warnings}, indent=2, ensure_ascii=False))
+        typer.echo(json_text({"tools": found, "errors": errors, "warnings": warnings}, indent=2))
         return
     cwd = os.getcwd()
     typer.echo(f"Project root: {project_root(cwd)}")
@@ -212,11 +212,10 @@ def list_command(
         label_width = max(len(t["label"]) for t in found)
         for t in found:
             flag = " (hidden)" if t["hidden"] else ""
-            typer.echo(
-                f"  {t['name']:<{width}}  {t['label']:<{label_width}}  [{source_label(t)}] {rel(t['module'])}{flag}"
-            )
+            line = f"  {t['name']:<{width}}  {t['label']:<{label_width}}  [{source_label(t)}] {rel(t['module'])}{flag}"
+            typer.echo(visible(line))
             if needs := requires_text(t.get("requires")):
-                typer.echo(f"  {'':<{width}}  {needs}")
+                typer.echo(visible(f"  {'':<{width}}  {needs}"))
     else:
         typer.echo("No tools found (see `xcsh-run --help` for where tools are looked for).")
     failed = [e for e in errors if not e.get("shadowed_by")]
@@ -225,11 +224,11 @@ def list_command(
         typer.echo("\nFailed to load:")
         for e in failed:
             message = e["message"].removeprefix(e["path"] + ": ")
-            typer.echo(f"  {rel(e['path'])} [{source_label(e)}]: {message}")
+            typer.echo(visible(f"  {rel(e['path'])} [{source_label(e)}]: {message}"))
     if shadowed:
         typer.echo("\nShadowed (not loaded):")
         for e in shadowed:
-            typer.echo(f"  {rel(e['path'])} [{source_label(e)}]: by {rel(e['shadowed_by'])}")
+            typer.echo(visible(f"  {rel(e['path'])} [{source_label(e)}]: by {rel(e['shadowed_by'])}"))
 
 
 @app.command("describe")
@@ -244,7 +243,7 @@ def describe_command(
     warn(warnings)
     if info is None:
         fail(f"no tool named {tool!r}; `xcsh-run list` shows the tools found")
-    typer.echo(json.dumps(info, indent=2, ensure_ascii=False))
+    typer.echo(json_text(info, indent=2))
 
 
 # The other commands register themselves on the app, after these three (the order `--help` lists).

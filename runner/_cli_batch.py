@@ -42,6 +42,7 @@ from ._cli_options import (
 )
 from ._cli_output import suggest_command, warn
 from ._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT
+from ._safe_text import visible
 from ._sandbox import SandboxPolicy
 from ._signals import Signals
 from ._terminal import configure_log_file
@@ -356,4 +357,4 @@ def _write(sink: IO[bytes], data: bytes) -> None:
 
 
 def say(text: str) -> None:
-    typer.echo(f"xcsh-run batch: {text}", err=True)
+    typer.echo(f"xcsh-run batch: {visible(text)}", err=True)

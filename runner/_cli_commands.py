@@ -29,6 +29,7 @@ from ._cli_options import (
 )
 from ._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_QUEUE_TIMEOUT
 from ._fuzz_report import FuzzReport
+from ._safe_text import visible
 from ._sandbox import SandboxPolicy
 from ._signals import Signals
 from ._terminal import configure_log_file
@@ -230,7 +231,7 @@ def fuzz_command(
 
 
 def _finish(report: FuzzReport, report_text: str | None, junit: str | None) -> None:
-    typer.echo(report_text if report_text is not None else report.summary())
+    typer.echo(visible(report_text if report_text is not None else report.summary()))
     if junit is not None:
         try:
             report.write_junit(junit)

@@ -9,7 +9,6 @@ Exit 1 when it would refuse to start.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import sys
@@ -21,6 +20,7 @@ import typer
 from ._cli_app import app
 from ._cli_options import CwdOpt, JsonOpt
 from ._discovery import project_root
+from ._safe_text import json_text
 
 DEFAULT_LEVEL = "contained"
 
@@ -145,7 +145,7 @@ def doctor_command(as_json: JsonOpt = False, cwd: CwdOpt = None) -> None:
     """
     data = report()
     if as_json:
-        typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
+        typer.echo(json_text(data, indent=2))
         raise typer.Exit(0 if data["ok"] else 1)
     m = data["machine"]
     abi = m["landlock_abi"]

@@ -26,6 +26,7 @@ from ._cli_options import ExitCode, fail, fail_arguments
 from ._cli_output import print_text, warn
 from ._host import open_runner
 from ._results import ToolResult
+from ._safe_text import json_text, visible
 from ._sandbox import SandboxPolicy
 from ._signals import Signals
 
@@ -213,7 +214,8 @@ def _type_label(field: Field) -> str:
 def tool_help(info: Mapping[str, Any], fields: Sequence[Field], reserved: Sequence[Field]) -> str:
     """A tool's description and its flags, for ``xcsh-run TOOL --help``."""
     lines = [f"xcsh-run {info['name']}: {info.get('label') or info['name']}", ""]
-    lines += [f"  {line}".rstrip() for line in (info.get("description") or "").strip().splitlines()]
+    # Shown before it is split: splitlines() would break it at a CR or a C1 NEL the tool put in.
+    lines += [f"  {line}".rstrip() for line in visible(info.get("description") or "").strip().splitlines()]
     lines += ["", "Parameters (from the tool's schema; also given as one object with --args JSON):"]
     if not fields and not reserved:
         lines.append("  (none)")
@@ -261,7 +263,7 @@ def lookup_tool(
     if missing is not None and missing.kind == "load_error":
         warn(warnings)
         if as_json:
-            typer.echo(json.dumps(missing.to_json(), ensure_ascii=False))
+            typer.echo(json_text(missing.to_json()))
         else:
             print_text(missing)
         raise typer.Exit(int(ExitCode.TOOL_ERROR))
@@ -295,7 +297,7 @@ def tool_flags(
         )
     fields, reserved = split_reserved(fields_of(info["parameters"]), run_options)
     if help:
-        typer.echo(tool_help(info, fields, reserved))
+        typer.echo(visible(tool_help(info, fields, reserved)))  # its description is the tool's text
         typer.echo("Run options (for every tool):\n")
         typer.echo(ctx.get_help())
         raise typer.Exit(0)

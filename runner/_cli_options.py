@@ -21,6 +21,7 @@ import typer
 from ._config import DEFAULT_TIMEOUT
 from ._config import check_seconds as _check_seconds
 from ._errors import ConfigError
+from ._safe_text import json_text, visible
 from ._sandbox import LEVELS, SandboxPolicy
 
 
@@ -283,7 +284,7 @@ def check_seconds(**durations: float | None) -> None:
 
 
 def fail(message: str, code: int = ExitCode.USAGE) -> NoReturn:
-    typer.echo(f"xcsh-run: {message}", err=True)
+    typer.echo(f"xcsh-run: {visible(message)}", err=True)
     raise typer.Exit(int(code))
 
 
@@ -295,7 +296,7 @@ def fail_arguments(message: str, as_json: bool) -> NoReturn:
     """
     if as_json:
         error = {"kind": "invalid_arguments", "message": message}
-        typer.echo(json.dumps({"content": [], "details": None, "is_error": True, "error": error}, ensure_ascii=False))
+        typer.echo(json_text({"content": [], "details": None, "is_error": True, "error": error}))
     fail(message)
 
 

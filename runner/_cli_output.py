@@ -1,8 +1,12 @@
-"""What the ``xcsh-run`` commands print: results, the live status line, warnings, where a tool came from."""
+"""What the ``xcsh-run`` commands print: results, the live status line, warnings, where a tool came from.
+
+Every text here that a tool produced goes through ``_safe_text.visible`` (a
+tool's escape sequences are shown, never obeyed by the terminal); JSON goes
+through ``_safe_text.json_text`` (exact JSON, no raw control character).
+"""
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 from typing import Any
@@ -10,6 +14,7 @@ from typing import Any
 import typer
 
 from ._results import ToolResult, describe_block
+from ._safe_text import json_text, visible
 
 
 class Status:
@@ -26,7 +31,8 @@ class Status:
         if not self.enabled:
             return
         texts = [b.get("text", "") for b in partial.get("content", []) if b.get("type") == "text"]
-        line = (texts[-1].splitlines() or [""])[-1] if texts else ""
+        # Shown before it is split: splitlines() breaks at a CR (and at C1 NEL), which would hide the rest.
+        line = (visible(texts[-1]).splitlines() or [""])[-1] if texts else ""
         width = shutil.get_terminal_size((80, 20)).columns - 3
         self._frame = (self._frame + 1) % len(self.FRAMES)
         sys.stderr.write(f"\r\x1b[K{self.FRAMES[self._frame]} {line[:width]}")
@@ -42,7 +48,7 @@ class Status:
 
 def emit_ndjson(kind: str, payload: dict[str, Any]) -> None:
     """One ``--stream`` line on stdout: ``{"type": kind, ...payload}``."""
-    sys.stdout.write(json.dumps({"type": kind, **payload}, ensure_ascii=False) + "\n")
+    sys.stdout.write(json_text({"type": kind, **payload}) + "\n")
     sys.stdout.flush()
 
 
@@ -53,24 +59,24 @@ def print_text(result: ToolResult) -> None:
         if result.is_error:
             continue
         if block.get("type") == "text":
-            typer.echo(block["text"])
+            typer.echo(visible(block["text"]))
         else:
-            typer.echo(describe_block(block))
+            typer.echo(visible(describe_block(block)))
             resource = block.get("resource")
             if isinstance(resource, dict) and isinstance(resource.get("text"), str):
-                typer.echo(resource["text"])  # an embedded text resource is for reading, too
+                typer.echo(visible(resource["text"]))  # an embedded text resource is for reading, too
     if result.error is not None:
         err = result.error
-        typer.echo(f"xcsh-run: {err.kind}: {err.message}", err=True)
+        typer.echo(f"xcsh-run: {err.kind}: {visible(err.message)}", err=True)
         if err.stderr_tail and err.kind in ("crashed", "load_error", "protocol_error"):
-            tail = err.stderr_tail.rstrip().splitlines()[-10:]
+            tail = visible(err.stderr_tail).rstrip().splitlines()[-10:]
             typer.echo("  worker stderr (last lines):\n    " + "\n    ".join(tail), err=True)
 
 
 def warn(warnings: list[str]) -> None:
     """Each warning, one line on stderr."""
     for warning in warnings:
-        typer.echo(f"xcsh-run: warning: {warning}", err=True)
+        typer.echo(f"xcsh-run: warning: {visible(warning)}", err=True)
 
 
 def requires_text(requires: dict[str, Any] | None) -> str | None:

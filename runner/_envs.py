@@ -76,7 +76,7 @@ from ._cache import default_dir
 from ._discovery import Candidate
 from ._sandbox_paths import project_folder
 from ._script_meta import ScriptMeta, ScriptMetaError
-from ._terminal import verbose_on_stderr
+from ._terminal import SafeFormatter, verbose_on_stderr
 
 log: Final = logging.getLogger("xcsh_run.envs")
 
@@ -255,7 +255,7 @@ def show_builds_on_stderr() -> None:
         return not (logging.getLogger("xcsh_run").propagate and logging.getLogger().handlers)
 
     handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("xcsh-run: %(message)s"))
+    handler.setFormatter(SafeFormatter("xcsh-run: %(message)s"))  # a failed build quotes its tool's output
     handler.addFilter(not_shown_otherwise)
     handler.xcsh_run_builds = True  # type: ignore[attr-defined]
     log.addHandler(handler)

@@ -48,6 +48,7 @@ from ._mcp_reload import Runners
 from ._registry import BUILTIN_MODULE
 from ._sandbox import SandboxPolicy
 from ._signals import watching_signals
+from ._terminal import SafeFormatter
 
 logger = logging.getLogger("xcsh_run.mcp")
 
@@ -256,7 +257,10 @@ def _with_resolve(tools: list[ToolInfo], listed: bool) -> list[ToolInfo]:
 def configure_logging() -> None:
     """The server's own log on stderr: what it does, not what tools print (that is the workers' business)."""
     if not logging.getLogger().handlers:
-        logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="xcsh-run serve: %(message)s")
+        # A tool's records propagate here: neutralised, as on every terminal the host writes to.
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(SafeFormatter("xcsh-run serve: %(message)s"))
+        logging.basicConfig(level=logging.WARNING, handlers=[handler])
     host = logging.getLogger("xcsh_run")
     if host.propagate or not host.level or host.level > logging.INFO:  # `serve -vv` logs DEBUG on its own handler
         host.setLevel(logging.INFO)

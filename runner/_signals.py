@@ -20,6 +20,8 @@ from typing import Final
 
 import trio
 
+from ._safe_text import visible
+
 WATCHED: Final = (signal.SIGINT, signal.SIGTERM)
 
 # Takes one signal and says whether it dealt with it: False lets it cancel the body.
@@ -94,7 +96,7 @@ class CallStopper:
         if self._clear is not None:
             self._clear()  # the status line would garble it
         try:
-            sys.stderr.write(f"xcsh-run: {text}\n")
+            sys.stderr.write(f"xcsh-run: {visible(text)}\n")  # it names the tool
             sys.stderr.flush()
         except (OSError, ValueError):  # a closed stderr must not turn a stop into a crash
             pass

@@ -1,6 +1,9 @@
 """What the CLI gives tools when a person is at the terminal: a UI on stdin/stderr, and the log file.
 
 Kept apart from ``_cli`` so the command layer stays a thin parser and printer.
+What reaches the terminal or the log file from here (records, ``-v`` lines,
+prompts) went through ``_safe_text.visible``: a tool's text names, messages,
+titles and options, and the terminal shows its escape sequences instead of obeying them.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from pathlib import Path
 from typing import Any, Final, TextIO
 
 import trio
+
+from ._safe_text import visible
 
 LOG_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s [tool=%(tool)s call=%(call_id)s pid=%(pid)s] %(message)s"
 LOG_BYTES: Final = 10 * 2**20
@@ -38,6 +43,13 @@ class _Defaults(logging.Filter):
         return True
 
 
+class SafeFormatter(logging.Formatter):
+    """Lines neutralised whole: a tool's name, message and traceback alike (the log file too: ``less -R`` obeys ESC)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return visible(super().format(record))
+
+
 class _VerboseFormat(logging.Formatter):
     """``-v`` lines: a tool's output and records under its name, pid and call; the host's as ``xcsh-run:``."""
 
@@ -47,8 +59,8 @@ class _VerboseFormat(logging.Formatter):
             who = " ".join(str(getattr(record, name, "-")) for name in ("tool", "pid", "call_id"))
             # An output record's message is already "stdout: ..." or "stderr: ...".
             level = "" if record.name == OUTPUT_LOGGER else f"{record.levelname.lower()}: "
-            return f"[{who}] {level}{message}"
-        return f"xcsh-run: {record.levelname.lower()}: {message}"
+            return visible(f"[{who}] {level}{message}")
+        return visible(f"xcsh-run: {record.levelname.lower()}: {message}")
 
 
 class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
@@ -101,7 +113,7 @@ def configure_log_file(path: str | os.PathLike[str] | None, *, verbose: int = 0)
     except OSError as exc:
         sys.stderr.write(f"xcsh-run: warning: cannot write the log file {target}: {exc.strerror}\n")
     else:
-        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        handler.setFormatter(SafeFormatter(LOG_FORMAT))
         handler.addFilter(_Defaults())
         _installed.append(handler)
     if verbose:
@@ -137,7 +149,7 @@ class TerminalUI:
     def _say(self, text: str) -> None:
         if self._clear is not None:
             self._clear()
-        self._out.write(text)
+        self._out.write(visible(text))  # titles, options, messages: the tool's text
         self._out.flush()
 
     async def _line(self, prompt: str) -> str | None:

@@ -34,6 +34,7 @@ RANKS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "runner._errors",
             "runner._results",
             "runner._faults",
+            "runner._safe_text",
             "runner._terminal",
             "runner._startup",
             "runner._statistics",

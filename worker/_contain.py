@@ -8,7 +8,8 @@ Applied by ``_sandbox.apply`` in the worker, single-threaded, before tool code:
    process cannot write its pid into another cgroup's ``cgroup.procs`` and
    leave its kill boundary) and ``/dev/shm`` is a fresh size-capped tmpfs.
    ``strict`` also mounts a size-capped ``noexec`` tmpfs over the private
-   workdir (``HOME`` and ``TMPDIR``). All of it dies with the namespace, that
+   workdir (``HOME`` and ``TMPDIR``). Every terminal is out of reach
+   (:func:`hide_terminals`). All of it dies with the namespace, that
    is with the last process of the worker's tree. Skipped without
    ``CAP_SYS_ADMIN`` (a host that is not root): docs/sandbox.md says what that
    leaves open.
@@ -32,6 +33,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import stat
 from typing import Final
 
 from . import _protocol as p
@@ -50,6 +52,13 @@ CAP_SYS_ADMIN: Final = 21
 _OPTION_FLAGS: Final = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
                         "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME}  # fmt: skip
 _WORKDIR_PREFIX: Final = "xcsh-run-w"
+# Character-device majors of terminals when /proc/tty/drivers cannot be read:
+# virtual consoles and serial ports (4), /dev/tty, console and ptmx (5), BSD
+# pty masters and slaves (2, 3, 128-135), Unix98 pty slaves (136-143), USB
+# serial (188), low-density serial (204), hypervisor consoles (229).
+_TTY_MAJORS: Final = frozenset({2, 3, 4, 5, 188, 204, 229, *range(128, 144)})
+VCS_MAJOR: Final = 7  # /dev/vcs*: a virtual console's screen, readable and writable; no tty driver lists it
+TTY_DEVICE, PTMX_DEVICE = os.makedev(5, 0), os.makedev(5, 2)
 _OCTAL: Final = re.compile(r"\\([0-7]{3})")
 
 
@@ -146,6 +155,7 @@ def private_mounts(cfg: p.SandboxConfig) -> None:
     noexec = MS_NOEXEC if strict else 0
     if os.path.isdir("/dev/shm"):
         _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | noexec, "mode=1777" + size)
+    hide_terminals()
     workdir = _workdir() if strict else None
     if workdir is not None:
         # noexec also fails an mmap(PROT_EXEC) of a file there, so a binary
@@ -157,6 +167,97 @@ def private_mounts(cfg: p.SandboxConfig) -> None:
             os.mkdir(path, 0o700)
             if cfg.drop_uid is not None:
                 os.chown(path, cfg.drop_uid, cfg.drop_gid if cfg.drop_gid is not None else -1)
+
+
+def _terminal_ranges() -> list[tuple[int, int, int]]:
+    """``(major, first minor, last minor)`` of every terminal driver, from the kernel's own list."""
+    ranges = [(major, 0, 2**20 - 1) for major in _TTY_MAJORS]
+    try:
+        with open("/proc/tty/drivers") as f:
+            for line in f:
+                # "serial  /dev/ttyS  4  64-111  serial": the name may hold no space, the path neither
+                fields = line.split()
+                if len(fields) >= 5 and fields[-3].isdigit():
+                    low, _, high = fields[-2].partition("-")
+                    ranges.append((int(fields[-3]), int(low), int(high or low)))
+    except (OSError, ValueError):
+        pass  # the fixed majors above stand
+    return ranges
+
+
+def _is_terminal(rdev: int, ranges: list[tuple[int, int, int]]) -> bool:
+    major, minor = os.major(rdev), os.minor(rdev)
+    return major == VCS_MAJOR or any(m == major and low <= minor <= high for m, low, high in ranges)
+
+
+def terminal_nodes(root: str = "/dev") -> list[str]:
+    """Every terminal character device under ``root``, by device number, whatever its name.
+
+    Not ``/dev/tty`` (it is always the opener's own controlling terminal, and
+    the worker's session has none: ENXIO), not ``ptmx`` (it makes a new pty;
+    :func:`hide_terminals` points it at the worker's own instance), nothing
+    below a ``pts`` directory (replaced whole) and no symlink (it resolves to
+    a node found here).
+    """
+    ranges = _terminal_ranges()
+    found: list[str] = []
+    pending = [root]
+    while pending:
+        try:
+            entries = list(os.scandir(pending.pop()))
+        except OSError:
+            continue  # a directory the scan may not read holds nothing it could hide
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode) and entry.name != "pts":
+                pending.append(entry.path)
+            elif (
+                stat.S_ISCHR(st.st_mode)
+                and st.st_rdev not in (TTY_DEVICE, PTMX_DEVICE)
+                and _is_terminal(st.st_rdev, ranges)
+            ):
+                found.append(entry.path)
+    return sorted(found)
+
+
+def _devpts_mounts() -> list[str]:
+    """Every devpts mount point in this namespace: ``/dev/pts``, and any other a container made."""
+    points = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            if fields[fields.index("-") + 1] == "devpts":
+                points.append(_OCTAL.sub(lambda m: chr(int(m[1], 8)), fields[4]))
+    return points
+
+
+def hide_terminals() -> None:
+    """No terminal but the worker's own ptys can be opened (in the private mount namespace).
+
+    1. A fresh devpts instance over every devpts mount: the host's ptys, the
+       user's terminal among them, do not exist in it, while a tool's
+       ``openpty()`` makes its own there (``ptmxmode=0666``); ``/dev/ptmx``
+       is bound to that instance's ``ptmx``, so ``posix_openpt`` agrees.
+    2. ``/dev/null`` bound over every other terminal node under ``/dev``
+       (consoles, virtual terminals, serial ports, screen devices), found
+       by device number: the path stays (a program that logs to
+       ``/dev/console`` keeps working), the terminal is gone. Not a fresh
+       minimal ``/dev``: ``contained`` is the default level, and the
+       devices a tool may need (GPU, ``/dev/kvm``, ``/dev/fuse``, hotplugged
+       ones, and the mounts below ``/dev``) stay as they are.
+    3. ``/dev/tty`` stays: the worker is a session leader without a
+       controlling terminal, so it is ENXIO until a tool makes a pty of its
+       own its controlling terminal, and then it is that pty.
+    """
+    for point in _devpts_mounts():
+        _mount("devpts", point, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620")
+    if os.path.exists("/dev/pts/ptmx") and not os.path.islink("/dev/ptmx") and os.path.exists("/dev/ptmx"):
+        _mount("/dev/pts/ptmx", "/dev/ptmx", None, MS_BIND)
+    for path in terminal_nodes():
+        _mount("/dev/null", path, None, MS_BIND)
 
 
 def set_undumpable() -> None:
