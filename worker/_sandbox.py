@@ -457,8 +457,13 @@ def apply(cfg: p.SandboxConfig) -> list[str]:
         attempt("no_new_privs", lambda: _check(_prctl(PR_SET_NO_NEW_PRIVS, 1), "prctl(PR_SET_NO_NEW_PRIVS)"))
         attempt("process isolation", _contain.isolate)
         # Last: the rules that keep prlimit64, setpriority, sched_set* and
-        # ioprio_set on the caller (a tool keeps the host's uid here).
-        attempt("seccomp", lambda: apply_seccomp(build_contained_filter(os.getpid())))
+        # ioprio_set on the caller (a tool keeps the host's uid here). A kernel
+        # without seccomp filters weakens contained, as a Landlock below ABI 6
+        # does, rather than refusing it (the host lists it: ``weakened``).
+        try:
+            apply_seccomp(build_contained_filter(os.getpid()))
+        except SandboxError as exc:
+            missing.append(f"seccomp: {exc}")
         return missing
     if cfg.network == "netns":
         attempt("network namespace", unshare_network)
