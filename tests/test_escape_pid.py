@@ -166,7 +166,40 @@ def own_process(params):
     return out
 
 
+def int80(call):
+    """One syscall through the 32-bit entry point (int 0x80), in a child: a kernel without ia32
+    emulation answers it with SIGSEGV. Returns the raw result (-errno), or None when unavailable."""
+    import mmap, struct
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    # Below 4 GiB (MAP_32BIT): the 32-bit entry point reads 32-bit pointers.
+    page = libc.mmap(None, 4096, 7, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x40, -1, 0)
+    data = page + 2048
+    ctypes.memmove(data, struct.pack("=QQ", *call["limit"]), 16)
+    regs = [call["nr"], call["pid"], call["resource"], data, 0]
+    code = b"\x53"  # push rbx (callee-saved)
+    for opcode, value in zip((0xB8, 0xBB, 0xB9, 0xBA, 0xBE), regs):  # mov eax/ebx/ecx/edx/esi, imm32
+        code += bytes([opcode]) + struct.pack("=I", value & 0xFFFFFFFF)
+    code += b"\xcd\x80\x5b\xc3"  # int 0x80; pop rbx; ret
+    ctypes.memmove(page, code, len(code))
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        result = ctypes.CFUNCTYPE(ctypes.c_int)(page)()
+        os.write(w, struct.pack("=i", result))
+        os._exit(0)
+    os.close(w)
+    got = os.read(r, 4)
+    os.close(r)
+    os.waitpid(pid, 0)
+    return struct.unpack("=i", got)[0] if len(got) == 4 else None
+
+
 def execute(tool_call_id, params, on_update, ctx, signal_):
+    if "int80" in params:
+        details = {name: int80(call) for name, call in params["int80"].items()}
+        return {"content": [{"type": "text", "text": "done"}], "details": details}
     details = {
         "results": {a["id"]: run(a) for a in params.get("attacks", [])},
         "pid": os.getpid(),
@@ -678,3 +711,61 @@ def test_filter_decides_on_the_low_word_and_the_pointer(build: str) -> None:
         got = _bpf(program, nr, args, arch=_sandbox.AUDIT_ARCH_I386)
         assert got == (want if build == "contained" else _sandbox.RET_KILL_PROCESS), (nr, args, hex(got))
     assert _bpf(program, 0, [], arch=0xDEAD) in (eperm, _sandbox.RET_KILL_PROCESS)
+
+
+# --- the 32-bit entry point ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("forkserver", [False, True], ids=["popen", "forkserver"])
+@pytest.mark.parametrize("level", ["contained", "none"])
+def test_i386_entry_point_has_the_same_rules(level: str, forkserver: bool, tmp: Path) -> None:
+    """prlimit64 through int 0x80 (i386 number 340): contained applies the same rules, so a 32-bit
+    program keeps working on itself and cannot reach the host; at none it reaches the bystander."""
+    bystanders = _spawn_bystanders()
+    try:
+        target = os.getpid() if level == "contained" else bystanders["capless"].pid
+        before = State.of(target)
+        lower = [before.nofile[0] - 1, before.nofile[1]]
+        calls = {
+            "other": {
+                "nr": _pidscope.I386["prlimit64"],
+                "pid": target,
+                "resource": resource.RLIMIT_NOFILE,
+                "limit": lower,
+            },
+            "self": {
+                "nr": _pidscope.I386["prlimit64"],
+                "pid": 0,
+                "resource": resource.RLIMIT_NOFILE,
+                "limit": [512, 1000],
+            },
+        }
+        tool = _tool(tmp / f"int80-{level}-{forkserver}", "py")
+
+        async def call() -> dict[str, Any]:
+            with trio.fail_after(30):
+                async with make_runner(tool, sandbox=LEVELS[level], forkserver=forkserver) as runner:
+                    result = await runner.call_tool("syscalls", {"int80": calls})
+                    assert not result.is_error, result
+                    details: dict[str, Any] = result.details
+                    return details
+
+        got = trio.run(call)
+        after = State.of(target)
+        alive = _alive(target)
+    finally:
+        for proc in bystanders.values():
+            proc.kill()
+            proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+    if got["self"] is None:
+        pytest.skip("this kernel runs no 32-bit syscalls (no ia32 emulation)")
+    assert got["self"] == 0, got
+    assert alive
+    if level == "contained":
+        assert got["other"] == -errno.EPERM, got
+        assert after == before
+    else:
+        assert got["other"] == 0, got
+        assert after.nofile == tuple(lower)
