@@ -197,6 +197,16 @@ def int80(call):
 
 
 def execute(tool_call_id, params, on_update, ctx, signal_):
+    if "open_write" in params:
+        # Opened for writing and closed again, nothing written: a sysctl changes only on write().
+        opened = {}
+        for path in params["open_write"]:
+            try:
+                os.close(os.open(path, os.O_WRONLY))
+                opened[path] = 0
+            except OSError as exc:
+                opened[path] = exc.errno
+        return {"content": [{"type": "text", "text": "done"}], "details": opened}
     if "int80" in params:
         details = {name: int80(call) for name, call in params["int80"].items()}
         return {"content": [{"type": "text", "text": "done"}], "details": details}
@@ -769,3 +779,29 @@ def test_i386_entry_point_has_the_same_rules(level: str, forkserver: bool, tmp: 
     else:
         assert got["other"] == 0, got
         assert after.nofile == tuple(lower)
+
+
+# --- the kernel's settings: root's files, guarded by their mode alone -----------------------------------
+
+SETTINGS = ["/proc/sys/kernel/core_pattern", "/proc/sys/kernel/pid_max", "/sys/kernel/mm/transparent_hugepage/enabled"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a tool of a host that is not root does not own these files")
+@pytest.mark.parametrize("level", ["contained", "none"])
+def test_kernel_settings_are_read_only(level: str, tmp: Path) -> None:
+    """A root tool without capabilities still owns /proc/sys and /sys: kernel.core_pattern set to a program
+    of its own would run that program as root with every capability. Read-only in the worker's mount namespace."""
+    paths = [p for p in SETTINGS if os.path.exists(p)]
+    tool = _tool(tmp / f"settings-{level}", "py")
+
+    async def call() -> dict[str, int]:
+        with trio.fail_after(30):
+            async with make_runner(tool, sandbox=LEVELS[level]) as runner:
+                result = await runner.call_tool("syscalls", {"open_write": paths})
+                assert not result.is_error, result
+                details: dict[str, int] = result.details
+                return details
+
+    got = trio.run(call)
+    want = 0 if level == "none" else errno.EROFS
+    assert got == dict.fromkeys(paths, want), got
