@@ -289,6 +289,12 @@ def weakened(policy: SandboxPolicy, found: Probe) -> list[str]:
         )
     elif policy.level == "contained" and found.landlock_abi < 1:
         weaker.append("Landlock: a contained tool can signal the host and other workers")
+    if policy.level == "contained" and not found.seccomp:
+        weaker.append(
+            "seccomp filters (CONFIG_SECCOMP_FILTER): a contained tool can change the resource limits, nice "
+            "value, CPU affinity, scheduling policy and I/O priority of every process of the host's uid, the host's "
+            "included"
+        )
     if policy.level != "none" and found.euid != 0:
         also = "; HOME and TMPDIR are on disk, not on a capped noexec tmpfs" if policy.level == "strict" else ""
         weaker.append(

@@ -59,6 +59,7 @@ def tool(name: str, dependencies: list[str] | None, *, requires_python: str | No
         block = "# /// script\n" + "".join(f"# {line}\n" for line in lines) + "# ///\n"
     return block + textwrap.dedent(
         f"""
+        import ctypes
         import json
         import sys
 
@@ -69,7 +70,9 @@ def tool(name: str, dependencies: list[str] | None, *, requires_python: str | No
                     import six
                 except ImportError:
                     six = None
-                seen = {{"prefix": sys.prefix, "six": six.__version__ if six else None}}
+                # PR_GET_SECCOMP: 2 when the sandbox's filter (contained and strict) is on.
+                seccomp = ctypes.CDLL(None).prctl(21, 0, 0, 0, 0)
+                seen = {{"prefix": sys.prefix, "six": six.__version__ if six else None, "seccomp": seccomp}}
                 return {{"content": [{{"type": "text", "text": json.dumps(seen)}}], "details": None}}
 
             return api.pi.CustomTool(name={name!r}, label={name!r}, description="where it runs",
@@ -152,6 +155,7 @@ def test_a_tool_runs_in_its_environment_and_imports_its_dependency(project: Proj
     got = seen(proc)
     assert got["six"] == "1.16.0"
     assert Path(str(got["prefix"])).parent == project.envs
+    assert got["seccomp"] == 2  # the environment's worker applies the same sandbox
     assert BUILD_LINE not in proc.stderr  # built while listing
 
 
@@ -187,6 +191,7 @@ def test_a_tool_with_dependencies_runs_at_strict(project: Project) -> None:
     got = json.loads(json.loads(proc.stdout)["content"][0]["text"])
     assert got["six"] == "1.16.0"
     assert Path(got["prefix"]).parent == project.envs
+    assert got["seccomp"] == 2
 
 
 def test_a_half_built_environment_is_built_again_not_used(project: Project, tmp_path: Path) -> None:
@@ -199,7 +204,7 @@ def test_a_half_built_environment_is_built_again_not_used(project: Project, tmp_
     (half / "bin" / "python").unlink()
     # With -v, where every record reaches stderr anyway, the build is still said once.
     proc = cli("six_a", "-v", cwd=project.root, env={**project.env, "XDG_CACHE_HOME": str(cache)})
-    assert seen(proc) == {"prefix": str(half), "six": "1.16.0"}
+    assert seen(proc) == {"prefix": str(half), "six": "1.16.0", "seccomp": 2}
     assert proc.stderr.count("building environment for six_a (six==1.16.0)") == 1, proc.stderr
     assert (half / "xcsh-run-env.json").is_file()
 

@@ -6,7 +6,10 @@ Applied by ``_sandbox.apply`` in the worker, single-threaded, before tool code:
    namespace of the worker's own, private so that nothing mounted in it
    propagates to the host, in which every cgroup filesystem is read-only (a
    process cannot write its pid into another cgroup's ``cgroup.procs`` and
-   leave its kill boundary) and ``/dev/shm`` is a fresh size-capped tmpfs.
+   leave its kill boundary), so are ``/sys``, ``/proc/sys`` and
+   ``/proc/sysrq-trigger`` (root's files, guarded by their mode alone: a root
+   tool without capabilities could set ``kernel.core_pattern``), and
+   ``/dev/shm`` is a fresh size-capped tmpfs.
    ``strict`` also mounts a size-capped ``noexec`` tmpfs over the private
    workdir (``HOME`` and ``TMPDIR``). Every terminal is out of reach
    (:func:`hide_terminals`). All of it dies with the namespace, that
@@ -108,15 +111,15 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int, data
     _check(result, f"mount({fstype or 'remount'} on {target})")
 
 
-def _cgroup_mounts() -> list[tuple[str, int]]:
-    """Every cgroup (v1 or v2) mount point in this namespace, with its per-mount flags."""
+def _cgroup_mounts(types: tuple[str, ...] = ("cgroup", "cgroup2")) -> list[tuple[str, int]]:
+    """Every mount point of ``types`` (cgroup v1 or v2 by default) in this namespace, with its per-mount flags."""
     found = []
     with open("/proc/self/mountinfo") as f:
         for line in f:
             fields = line.split()
             # Optional fields end at "-"; the filesystem type follows it.
             fstype = fields[fields.index("-") + 1]
-            if fstype not in ("cgroup", "cgroup2"):
+            if fstype not in types:
                 continue
             point = fields[4]
             if "\\" in point:  # \040 for a space, and so on
@@ -148,6 +151,7 @@ def private_mounts(cfg: p.SandboxConfig) -> None:
     # keeps the flags it had (a bind remount replaces them all).
     for point, flags in _cgroup_mounts():
         _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags)
+    _kernel_settings_read_only()
     # tmpfs pages are charged to the memory cgroup of the process that
     # touches them, so the memory limit bounds these too; the size caps the
     # space when there is no memory limit, and says ENOSPC instead of OOM.
@@ -258,6 +262,27 @@ def hide_terminals() -> None:
         _mount("/dev/pts/ptmx", "/dev/ptmx", None, MS_BIND)
     for path in terminal_nodes():
         _mount("/dev/null", path, None, MS_BIND)
+
+
+def _kernel_settings_read_only() -> None:
+    """``/sys``, ``/proc/sys`` and ``/proc/sysrq-trigger`` read-only in this namespace.
+
+    They belong to root, and the kernel checks only the file mode for most of
+    them: a root tool without any capability could otherwise set
+    ``kernel.core_pattern`` to a program of its own (run as root, with every
+    capability, at the next crash), ``kernel.pid_max``, or a sysrq key. Read
+    access stays. ``/proc/sys`` is not a mount of its own: a bind mount of it
+    onto itself is made read-only (its flags are the proc mount's, which a
+    read-only bind remount must repeat).
+    """
+    for point, flags in _cgroup_mounts(("sysfs",)):
+        if point == "/sys":
+            _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags)
+    proc = [flags for point, flags in _cgroup_mounts(("proc",)) if point == "/proc"]
+    for path in ("/proc/sys", "/proc/sysrq-trigger"):
+        if proc and os.path.exists(path):
+            _mount(path, path, None, MS_BIND)
+            _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | proc[0])
 
 
 def set_undumpable() -> None:

@@ -7,14 +7,20 @@ matters and follows the measured design (sandbox.md, "Worker-side sequence"):
 1. resource limits (CORE, CPU, NOFILE, FSIZE, optional DATA);
 2. ``strict`` only: a network namespace if asked (``unshare`` is denied by
    seccomp later, so namespaces come first);
-3. ``strict`` only: drop privileges: all capabilities (bounding set, ambient,
-   then ``capset`` to zero), keeping uid 0 when no other uid can run the
-   interpreter (the documented root fallback, completed by seccomp below);
-4. ``strict`` only: ``PR_SET_NO_NEW_PRIVS``, then Landlock, then seccomp *last*.
+3. the mount namespace while ``CAP_SYS_ADMIN`` is still held, then the
+   privilege drop: all capabilities (bounding set, ambient, then ``capset``
+   to zero); ``strict`` switches to a dedicated uid instead when one can run
+   the interpreter (else uid 0 without capabilities, completed by seccomp);
+4. ``PR_SET_NO_NEW_PRIVS``, non-dumpable, Landlock (``contained``: the
+   scopes-only domain of ``_contain.isolate``), then seccomp *last*, at both
+   levels: ``contained`` gets the rules of ``_pidscope`` (syscalls that name
+   a process act only on the caller), ``strict`` the same rules ahead of
+   its deny list, namespace and socket checks (:func:`build_filter`).
 
 Landlock and seccomp apply to the calling thread and threads created after
-it, which is why no thread may exist yet. Everything here is ctypes and
-syscall numbers for x86_64; the host checks the architecture before asking.
+it, which is why no thread may exist yet; both survive the ``exec`` of Bun.
+Everything here is ctypes and syscall numbers for x86_64; the host checks
+the architecture before asking.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import struct
 from collections.abc import Iterable
 from typing import Final
 
-from . import _contain
+from . import _contain, _pidscope
 from . import _protocol as p
 
 # --- syscalls and constants (x86_64; see sandbox.md, Appendix) --------------------
@@ -60,6 +66,7 @@ _FILE_ONLY: Final = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS
 
 # seccomp
 AUDIT_ARCH_X86_64: Final = 0xC000003E
+AUDIT_ARCH_I386: Final = 0x40000003
 X32_BIT: Final = 0x40000000
 RET_KILL_PROCESS: Final = 0x80000000
 RET_ERRNO: Final = 0x00050000
@@ -298,10 +305,47 @@ def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
     return struct.pack("=HBBI", code, jt, jf, k & 0xFFFFFFFF)
 
 
-def build_filter(*, fake_metadata: bool, tcp: bool = False) -> bytes:
-    """The cBPF program: arch check, x32 check, deny list, socket families.
+def _prologue(self_pid: int, *, foreign_abi: int) -> list[bytes]:
+    """Arch and x32 checks, then the pid rules of ``_pidscope``; leaves the syscall number in A.
 
-    ``tcp``: the policy grants TCP ports (``allow_connect``). Then ``socket()``
+    ``foreign_abi``: what a call through ``int 0x80`` (i386) gets: ``strict``
+    kills, ``contained`` (which must keep running a 32-bit program a tool
+    starts) applies the same pid rules with the i386 numbers and allows the
+    rest. x32 calls are EPERM at both levels.
+    """
+    eperm = RET_ERRNO | errno.EPERM
+    prog = [_insn(LD_W_ABS, 0, 0, 4)]  # arch
+    if foreign_abi == RET_ALLOW:
+        i386 = _pidscope.rules(self_pid, _pidscope.I386) + _insn(RET_K, 0, 0, RET_ALLOW)
+        size = len(i386) // 8  # under 255 instructions: the jumps over it are 8-bit
+        prog += [
+            _insn(JEQ_K, size + 3, 0, AUDIT_ARCH_X86_64),  # to the x86_64 path below
+            _insn(JEQ_K, 0, size + 1, AUDIT_ARCH_I386),  # any other ABI: EPERM, after the i386 rules
+            _insn(LD_W_ABS, 0, 0, 0),
+            i386,
+            _insn(RET_K, 0, 0, eperm),
+        ]
+    else:
+        prog += [_insn(JEQ_K, 1, 0, AUDIT_ARCH_X86_64), _insn(RET_K, 0, 0, foreign_abi)]
+    return [
+        *prog,
+        _insn(LD_W_ABS, 0, 0, 0),  # syscall number
+        _insn(JGE_K, 0, 1, X32_BIT),
+        _insn(RET_K, 0, 0, eperm),
+        _pidscope.rules(self_pid),
+    ]
+
+
+def build_contained_filter(self_pid: int) -> bytes:
+    """``contained``'s cBPF program: the pid rules only (and no x32); everything else is allowed."""
+    return b"".join([*_prologue(self_pid, foreign_abi=RET_ALLOW), _insn(RET_K, 0, 0, RET_ALLOW)])
+
+
+def build_filter(*, fake_metadata: bool, tcp: bool = False, self_pid: int | None = None) -> bytes:
+    """``strict``'s cBPF program: arch check, x32 check, pid rules, deny list, socket families.
+
+    ``self_pid``: the pid the pid rules treat as the caller's own (default:
+    this process). ``tcp``: the policy grants TCP ports (``allow_connect``). Then ``socket()``
     may make plain TCP sockets (IPv4 and IPv6; no other protocol on a stream,
     so no SCTP or MPTCP that Landlock's TCP rules might not cover) and
     ``connect`` is left to Landlock, which allows only the granted ports.
@@ -311,14 +355,7 @@ def build_filter(*, fake_metadata: bool, tcp: bool = False) -> bytes:
     through ``connect``.
     """
     eperm = RET_ERRNO | errno.EPERM
-    prog = [
-        _insn(LD_W_ABS, 0, 0, 4),  # arch
-        _insn(JEQ_K, 1, 0, AUDIT_ARCH_X86_64),
-        _insn(RET_K, 0, 0, RET_KILL_PROCESS),  # int 0x80 (i386) and every other ABI
-        _insn(LD_W_ABS, 0, 0, 0),  # syscall number
-        _insn(JGE_K, 0, 1, X32_BIT),
-        _insn(RET_K, 0, 0, eperm),
-    ]
+    prog = _prologue(os.getpid() if self_pid is None else self_pid, foreign_abi=RET_KILL_PROCESS)
     denied = dict(DENIED_SYSCALLS)
     if tcp:
         del denied["connect"]
@@ -382,8 +419,8 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def apply_seccomp(*, fake_metadata: bool, tcp: bool = False) -> None:
-    program = build_filter(fake_metadata=fake_metadata, tcp=tcp)
+def apply_seccomp(program: bytes) -> None:
+    """Install ``program`` (after ``no_new_privs``, which a filter needs without CAP_SYS_ADMIN)."""
     buf = ctypes.create_string_buffer(program, len(program))
     fprog = _SockFprog(len=len(program) // 8, filter=ctypes.cast(buf, ctypes.c_void_p).value)
     _check(_prctl(PR_SET_NO_NEW_PRIVS, 1), "prctl(PR_SET_NO_NEW_PRIVS)")
@@ -419,6 +456,14 @@ def apply(cfg: p.SandboxConfig) -> list[str]:
         attempt("capability drop", drop_capabilities)
         attempt("no_new_privs", lambda: _check(_prctl(PR_SET_NO_NEW_PRIVS, 1), "prctl(PR_SET_NO_NEW_PRIVS)"))
         attempt("process isolation", _contain.isolate)
+        # Last: the rules that keep prlimit64, setpriority, sched_set* and
+        # ioprio_set on the caller (a tool keeps the host's uid here). A kernel
+        # without seccomp filters weakens contained, as a Landlock below ABI 6
+        # does, rather than refusing it (the host lists it: ``weakened``).
+        try:
+            apply_seccomp(build_contained_filter(os.getpid()))
+        except SandboxError as exc:
+            missing.append(f"seccomp: {exc}")
         return missing
     if cfg.network == "netns":
         attempt("network namespace", unshare_network)
@@ -446,5 +491,5 @@ def apply(cfg: p.SandboxConfig) -> list[str]:
         tcp = False
         missing.append("allow_connect: Landlock did not apply, so nothing filters TCP by port; the ports stay closed")
     # Still uid 0 (no usable uid to drop to): seccomp fakes metadata writes.
-    attempt("seccomp", lambda: apply_seccomp(fake_metadata=os.geteuid() == 0, tcp=tcp))
+    attempt("seccomp", lambda: apply_seccomp(build_filter(fake_metadata=os.geteuid() == 0, tcp=tcp)))
     return missing
