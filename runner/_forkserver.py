@@ -168,6 +168,8 @@ class ForkServer:
             with trio.fail_after(READY_SECONDS):
                 await trio.lowlevel.wait_readable(self._sock)
                 await trio.to_thread.run_sync(self.boundary.attach, self._proc.pid)
+            if self.dead:  # retired while it waited (the runner closing), its socket closed: it said why
+                return
             reply = self._decoder.decode(self._sock.recv(4096, socket.MSG_DONTWAIT))
             if reply[:1] != ["ready"]:
                 raise ForkServerError(f"the zygote said {reply!r}")

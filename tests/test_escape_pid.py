@@ -805,3 +805,34 @@ def test_kernel_settings_are_read_only(level: str, tmp: Path) -> None:
     got = trio.run(call)
     want = 0 if level == "none" else errno.EROFS
     assert got == dict.fromkeys(paths, want), got
+
+
+# --- every process's own /proc files: root's, guarded by their mode alone ---------------------------------
+
+# Each one changes its process without any ptrace-mode check: a raised oom_score_adj makes the host
+# the OOM killer's first choice, autogroup renices the host's whole session, and the others
+# change how it dumps core or how its timers fire.
+PER_PROCESS = ["oom_score_adj", "oom_adj", "autogroup", "coredump_filter", "timerslack_ns", "comm", "sched"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a tool of a host that is not root does not own the host's files")
+@pytest.mark.parametrize("level", ["contained", "strict", "none"])
+def test_no_process_file_of_the_host_can_be_opened_for_writing(level: str, tmp: Path) -> None:
+    """Opening for writing, writing nothing: EROFS in the worker's mount namespace, while /proc/self/fd/N
+    (a magic link to a file on its own mount) still opens, so /dev/stdout keeps working."""
+    host = [f"/proc/{os.getpid()}/{name}" for name in PER_PROCESS if os.path.exists(f"/proc/{os.getpid()}/{name}")]
+    tool = _tool(tmp / f"procfiles-{level}", "py")
+
+    async def call() -> dict[str, int]:
+        with trio.fail_after(30):
+            async with make_runner(tool, sandbox=LEVELS[level]) as runner:
+                result = await runner.call_tool("syscalls", {"open_write": [*host, "/proc/self/fd/1"]})
+                assert not result.is_error, result
+                details: dict[str, int] = result.details
+                return details
+
+    got = trio.run(call)
+    assert got.pop("/proc/self/fd/1") == 0
+    # strict: its Landlock rules may refuse first (EACCES), where the read-only mount would say EROFS.
+    want = {0} if level == "none" else {errno.EROFS} if level == "contained" else {errno.EROFS, errno.EACCES}
+    assert host and all(got[path] in want for path in host), got

@@ -265,7 +265,7 @@ def hide_terminals() -> None:
 
 
 def _kernel_settings_read_only() -> None:
-    """``/sys``, ``/proc/sys`` and ``/proc/sysrq-trigger`` read-only in this namespace.
+    """``/sys`` and ``/proc`` (``/proc/sys`` and ``/proc/sysrq-trigger`` first) read-only in this namespace.
 
     They belong to root, and the kernel checks only the file mode for most of
     them: a root tool without any capability could otherwise set
@@ -283,6 +283,13 @@ def _kernel_settings_read_only() -> None:
         if proc and os.path.exists(path):
             _mount(path, path, None, MS_BIND)
             _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | proc[0])
+    if proc:
+        # The rest of /proc too: every process's oom_score_adj, autogroup (its
+        # session's nice value), coredump_filter, timerslack_ns and the like
+        # are guarded by their mode alone, and the host's are root's. Reading
+        # stays, and so does /proc/self/fd/N (a magic link opens its target,
+        # on the target's own mount).
+        _mount(None, "/proc", None, MS_REMOUNT | MS_BIND | MS_RDONLY | proc[0])
 
 
 def set_undumpable() -> None:
