@@ -494,12 +494,14 @@ async def test_no_daemon_leaves_its_cgroup(policy: SandboxPolicy, attack_tool: P
 
 @needs_cgroups
 async def test_no_cgroup_below_the_boundary(attack_tool: Path) -> None:
-    """A tool gets as far as mounting a cgroup2 of its own, but cannot make a cgroup in it to hide in."""
+    """The way to a cgroup of the tool's own starts with a user namespace, which contained refuses.
+
+    (It once got as far as mounting a cgroup2 whose root was its boundary: from there it could move
+    any process of its uid into that boundary; tests/test_escape_namespaces.py.)
+    """
     out = await attack_once(CONTAINED, attack_tool, "cgroup_ns_hide")
     assert out["ok"], out
-    if out["value"].startswith(("unshare", "mount")):
-        pytest.skip(f"this kernel refuses the attack before its last step: {out['value']}")
-    assert out["value"] == "mkdir:EAGAIN", out
+    assert out["value"] == "unshare(NEWUSER):EPERM", out
 
 
 async def test_contained_keeps_what_tools_need(attack_tool: Path) -> None:

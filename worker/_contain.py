@@ -2,13 +2,14 @@
 
 Applied by ``_sandbox.apply`` in the worker, single-threaded, before tool code:
 
-1. :func:`private_mounts` (needs ``CAP_SYS_ADMIN``, so first): a mount
+1. :func:`private_mounts` (needs ``CAP_SYS_ADMIN``, so first): an IPC
+   namespace (SysV and POSIX IPC objects die with the tree) and a mount
    namespace of the worker's own, private so that nothing mounted in it
    propagates to the host, in which every cgroup filesystem is read-only (a
    process cannot write its pid into another cgroup's ``cgroup.procs`` and
-   leave its kill boundary), so are ``/sys``, ``/proc/sys`` and
-   ``/proc/sysrq-trigger`` (root's files, guarded by their mode alone: a root
-   tool without capabilities could set ``kernel.core_pattern``), and
+   leave its kill boundary), so are ``/sys`` and all of ``/proc`` (root's
+   files, guarded by their mode alone: a root tool without capabilities
+   could set ``kernel.core_pattern``, or the host's ``oom_score_adj``), and
    ``/dev/shm`` is a fresh size-capped tmpfs.
    ``strict`` also mounts a size-capped ``noexec`` tmpfs over the private
    workdir (``HOME`` and ``TMPDIR``). Every terminal is out of reach
@@ -48,6 +49,7 @@ FS_MAKE_BLOCK: Final = 1 << 11
 SCOPE_ABSTRACT_UNIX, SCOPE_SIGNAL = 1 << 0, 1 << 1
 PR_SET_DUMPABLE: Final = 4
 CLONE_NEWNS: Final = 0x00020000
+CLONE_NEWIPC: Final = 0x08000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_NOATIME, MS_NODIRATIME, MS_REMOUNT, MS_BIND = 1 << 10, 1 << 11, 1 << 5, 1 << 12
 MS_REC, MS_PRIVATE, MS_RELATIME, MS_STRICTATIME = 1 << 14, 1 << 18, 1 << 21, 1 << 24
@@ -143,7 +145,11 @@ def _workdir() -> str | None:
 def private_mounts(cfg: p.SandboxConfig) -> None:
     """The worker's own mount namespace (see the module docstring). Needs ``CAP_SYS_ADMIN``."""
     strict = cfg.level == "strict"
-    _check(_c().unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    # An IPC namespace with it: SysV segments, semaphores, message queues and
+    # POSIX queues a tool makes die with its tree, instead of holding the
+    # machine's memory after the worker is gone (and no tool attaches to the
+    # host's or another tool's).
+    _check(_c().unshare(CLONE_NEWNS | CLONE_NEWIPC), "unshare(CLONE_NEWNS | CLONE_NEWIPC)")
     # Private, recursively, before anything is mounted: a shared mount would
     # carry every mount below to the host's namespace.
     _mount(None, "/", None, MS_REC | MS_PRIVATE)

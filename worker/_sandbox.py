@@ -33,7 +33,7 @@ import struct
 from collections.abc import Iterable
 from typing import Final
 
-from . import _contain, _pidscope
+from . import _contain, _nsrules, _pidscope
 from . import _protocol as p
 
 # --- syscalls and constants (x86_64; see sandbox.md, Appendix) --------------------
@@ -107,11 +107,6 @@ METADATA_SYSCALLS: Final = {
 SYS_SOCKET: Final = 41
 SYS_SENDTO, SYS_SENDMSG, SYS_SENDMMSG = 44, 46, 307
 SYS_SOCKETPAIR: Final = 53
-SYS_CLONE: Final = 56
-SYS_CLONE3: Final = 435
-# clone()'s flags that make a namespace. Not CLONE_NEWTIME (0x80): clone()
-# reads its low byte as the exit signal; only clone3 and unshare take it.
-CLONE_NEW_NAMESPACES: Final = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
 
 
 class SandboxError(Exception):
@@ -306,7 +301,9 @@ def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
 
 
 def _prologue(self_pid: int, *, foreign_abi: int) -> list[bytes]:
-    """Arch and x32 checks, then the pid rules of ``_pidscope``; leaves the syscall number in A.
+    """Arch and x32 checks, the pid rules of ``_pidscope``, the namespace and keyring rules of ``_nsrules``.
+
+    Leaves the syscall number in A.
 
     ``foreign_abi``: what a call through ``int 0x80`` (i386) gets: ``strict``
     kills, ``contained`` (which must keep running a 32-bit program a tool
@@ -316,7 +313,7 @@ def _prologue(self_pid: int, *, foreign_abi: int) -> list[bytes]:
     eperm = RET_ERRNO | errno.EPERM
     prog = [_insn(LD_W_ABS, 0, 0, 4)]  # arch
     if foreign_abi == RET_ALLOW:
-        i386 = _pidscope.rules(self_pid, _pidscope.I386) + _insn(RET_K, 0, 0, RET_ALLOW)
+        i386 = _pidscope.rules(self_pid, _pidscope.I386) + _nsrules.rules(_nsrules.I386) + _insn(RET_K, 0, 0, RET_ALLOW)
         size = len(i386) // 8  # under 255 instructions: the jumps over it are 8-bit
         prog += [
             _insn(JEQ_K, size + 3, 0, AUDIT_ARCH_X86_64),  # to the x86_64 path below
@@ -333,11 +330,12 @@ def _prologue(self_pid: int, *, foreign_abi: int) -> list[bytes]:
         _insn(JGE_K, 0, 1, X32_BIT),
         _insn(RET_K, 0, 0, eperm),
         _pidscope.rules(self_pid),
+        _nsrules.rules(),
     ]
 
 
 def build_contained_filter(self_pid: int) -> bytes:
-    """``contained``'s cBPF program: the pid rules only (and no x32); everything else is allowed."""
+    """``contained``'s cBPF program: the pid, namespace and keyring rules (and no x32); everything else is allowed."""
     return b"".join([*_prologue(self_pid, foreign_abi=RET_ALLOW), _insn(RET_K, 0, 0, RET_ALLOW)])
 
 
@@ -364,16 +362,6 @@ def build_filter(*, fake_metadata: bool, tcp: bool = False, self_pid: int | None
         denials += [(nr, RET_ERRNO | 0) for nr in METADATA_SYSCALLS.values()]
     for nr, ret in denials:
         prog += [_insn(JEQ_K, 0, 1, nr), _insn(RET_K, 0, 0, ret)]
-    # clone3's flags sit in a struct seccomp cannot read: ENOSYS makes glibc
-    # fall back to clone (threads, fork, posix_spawn), whose flags it can.
-    prog += [_insn(JEQ_K, 0, 1, SYS_CLONE3), _insn(RET_K, 0, 0, RET_ERRNO | errno.ENOSYS)]
-    prog += [
-        _insn(JEQ_K, 0, 3, SYS_CLONE),
-        _insn(LD_W_ABS, 0, 0, 16),  # low 32 bits of the flags (args[0]): all of clone's flags
-        _insn(JSET_K, 0, 1, CLONE_NEW_NAMESPACES),
-        _insn(RET_K, 0, 0, eperm),
-        _insn(LD_W_ABS, 0, 0, 0),  # the syscall number again, for the checks below
-    ]
     if tcp:
         # The flags argument of sendto (args[3]), sendmsg (args[2]), sendmmsg (args[3]).
         for nr, offset in ((SYS_SENDTO, 40), (SYS_SENDMSG, 32), (SYS_SENDMMSG, 40)):
