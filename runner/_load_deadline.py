@@ -8,9 +8,11 @@ milliseconds look like one that loops. The rules:
    one waiting for a starved CPU does not. What counts is the CPU time of the
    loading worker's tree (``PoolWorker.cpu_seconds``: its cgroup's
    ``cpu.stat`` ``usage_usec``, or its own ``/proc/<pid>/stat`` where that is
-   more or there is no cgroup) over the worker's whole life until its ``load``
-   answer: interpreter start, handshake, the Bun exec of a JavaScript worker,
-   import and factory. A spare's start counts too: it is the same life.
+   more or there is no cgroup) from the ``load`` request to its answer: the
+   import and the factory, and whatever they start. The interpreter's start
+   and the handshake before it are the machine's cost, not the module's (a
+   spare may have spent them long before, and a call with a 10 ms timeout
+   must not read them as its module looping): the wall bound covers them.
 2. **A longer wall bound catches a module that blocks** (stdin, a socket,
    ``time.sleep``), which burns no CPU: ``RunnerConfig.load_wall_bound``, by
    default ``max(6 * load_timeout, 60 s)``. Six, so that a module needing its
@@ -25,7 +27,7 @@ milliseconds look like one that loops. The rules:
 4. **Until the worker is handed to the load** (a spare still starting, a
    zygote still importing, the handshake) only the wall bound runs: no tool
    code runs before ``load``, so nothing there can loop, and the CPU used to
-   get there is counted from the first reading on.
+   get there is not counted.
 5. **Each bound says what it saw**, and both stay ``load_error``s that are not
    cached: the same module may load on an idle machine.
 """
@@ -84,10 +86,13 @@ class LoadDeadline:
         assert self._scope is not None, "answer() outside bounds()"
         self.worker = worker
         cpus = max(1, len(os.sched_getaffinity(0)))
+        # From the load request on: the interpreter's start, the handshake (and a
+        # spare's wait) are the machine's cost, not the module's (rule 1).
+        before = worker.cpu_seconds()
         pending = await worker.start_call(method, params)
         try:
             while not pending.done:
-                self.used = worker.cpu_seconds()
+                self.used = worker.cpu_seconds() - before
                 left = self.cpu_seconds - self.used
                 if left <= 0:
                     self.expired = "cpu"
