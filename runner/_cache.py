@@ -32,8 +32,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import shutil
-import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -45,7 +43,7 @@ from worker import _protocol as p
 
 from . import _bun
 from ._discovery import Candidate
-from ._safe_read import SOURCE_MAX_BYTES, UnsafeFile, read_capped
+from ._safe_read import SOURCE_MAX_BYTES, UnsafeFile, read_capped, remove_replaced
 
 # Part of every fingerprint: bumped when what an entry holds changes shape (2:
 # tools gained output_schema, annotations and icons), so that an entry written
@@ -154,10 +152,7 @@ class ModuleCache:
         # Gone before the load that rewrites it: a rename cannot replace a directory, and an entry whose
         # load fails (not cached) must not be read again by the next run.
         try:
-            if stat.S_ISDIR(os.lstat(path).st_mode):
-                shutil.rmtree(path)  # removes links inside it, never what they point at
-            else:
-                os.unlink(path)
+            remove_replaced(path)
         except OSError as exc:
             self._warnings.append(f"module cache: cannot remove {path} ({exc.strerror}); remove it by hand")
 

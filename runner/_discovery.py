@@ -37,6 +37,7 @@ Rules:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -48,7 +49,7 @@ from typing import Any, Final, NamedTuple
 import msgspec
 
 from ._bun import JS_SUFFIXES, is_js_folder, is_js_module, module_stem
-from ._safe_read import METADATA_MAX_BYTES, UnsafeFile, read_capped, write_replacing
+from ._safe_read import METADATA_MAX_BYTES, UnsafeFile, read_capped, remove_replaced, write_replacing
 
 ENTRY_POINT_GROUP: Final = "xcsh.tools"
 
@@ -330,6 +331,8 @@ def cached_entry_point_candidates(home: Path, warnings: list[str], cache_dir: Pa
                 return cached.candidates
         except UnsafeFile as exc:
             warnings.append(f"entry-point cache: {path} is {exc.strerror}; scanning again and replacing it")
+            with contextlib.suppress(OSError):
+                remove_replaced(path)
         except (OSError, msgspec.DecodeError):
             pass
     found: list[str] = []

@@ -123,3 +123,17 @@ def write_replacing(path: str | os.PathLike[str], data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def remove_replaced(path: str | os.PathLike[str]) -> None:
+    """Remove what stands at ``path`` (a file, a link, a FIFO, a folder), so that a rename can put a file there.
+
+    A rename replaces anything but a directory; removing first also keeps a refused
+    file from being read again when the caller cannot write the new one. Raises OSError.
+    """
+    import shutil
+
+    if stat.S_ISDIR(os.lstat(path).st_mode):
+        shutil.rmtree(path)  # removes the links inside, never what they point at
+    else:
+        os.unlink(path)

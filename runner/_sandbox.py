@@ -13,6 +13,7 @@ policy says ``best_effort``; then what was not enforced is reported.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
 import os
@@ -29,7 +30,7 @@ import msgspec
 from worker import _protocol as p
 
 from ._errors import ConfigError
-from ._safe_read import UnsafeFile, read_capped, write_replacing
+from ._safe_read import UnsafeFile, read_capped, remove_replaced, write_replacing
 from ._sandbox_paths import executables, project_folder, python_paths, worker_packages
 
 Level = Literal["none", "contained", "strict"]
@@ -234,6 +235,8 @@ def probe(
         except UnsafeFile as exc:
             if warnings is not None:
                 warnings.append(f"probe cache: {path} is {exc.strerror}; measuring again and replacing it")
+            with contextlib.suppress(OSError):
+                remove_replaced(path)
         except (OSError, msgspec.DecodeError):
             pass
     result = _measure(cgroup_v2, memory_cgroup, pids_cgroup)
