@@ -213,3 +213,45 @@ def test_the_helper_refuses_what_is_not_a_small_regular_file(tmp_path: Path) -> 
     with pytest.raises(FileNotFoundError):
         read_capped(tmp_path / "missing", 1)
     assert issubclass(UnsafeFile, OSError)  # every caller's `except OSError` already treats it as unreadable
+
+
+SCAN = """
+import sys
+from pathlib import Path
+from runner._discovery import cached_entry_point_candidates
+warnings: list[str] = []
+cached_entry_point_candidates(Path(sys.argv[1]), warnings, Path(sys.argv[2]))
+print("\\n".join(warnings))
+"""
+
+CONFIG = """
+import sys
+from runner._errors import ConfigError
+from runner._grants import load
+try:
+    load(sys.argv[1], sys.argv[1])
+except ConfigError as exc:
+    print(exc)
+"""
+
+
+@pytest.mark.parametrize("how", ["fifo", "dev_zero", "directory"])
+def test_a_replaced_entry_point_scan_is_scanned_again_and_healed(tmp_path: Path, how: str) -> None:
+    home, cache = tmp_path / "home", _cache(tmp_path)
+    home.mkdir(exist_ok=True)  # the autouse fixture may have made it
+    assert _run(sys.executable, "-c", SCAN, str(home), str(cache)).returncode == 0
+    scan = cache / "entry-points.json"
+    good = scan.read_bytes()
+    _replace(scan, how, tmp_path)
+    proc = _run(sys.executable, "-c", SCAN, str(home), str(cache))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"entry-point cache: {scan} is {SAYS[how]}" in proc.stdout, proc.stdout
+    assert scan.is_file() and not scan.is_symlink() and json.loads(scan.read_bytes()) == json.loads(good)
+
+
+def test_a_fifo_config_is_a_config_error_not_a_hang(tmp_path: Path) -> None:
+    (tmp_path / ".xcsh").mkdir()
+    os.mkfifo(tmp_path / ".xcsh" / "config.toml")
+    proc = _run(sys.executable, "-c", CONFIG, str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "config.toml: cannot be read: a FIFO, not a regular file" in proc.stdout, proc.stdout
