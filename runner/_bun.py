@@ -33,6 +33,8 @@ from typing import Final
 
 import msgspec
 
+from ._safe_read import CONFIG_MAX_BYTES, read_capped
+
 BUN_VERSION: Final = "1.4.5"
 TYPEBOX_VERSION: Final = "0.34.52"
 BUN_ENV: Final = "XCSH_RUN_BUN"
@@ -144,8 +146,8 @@ def configured(home: str | None = None) -> str | None:
     """``[runtime] bun`` of ``~/.xcsh/config.toml`` (``~`` expanded, relative to the home folder), or None."""
     folder = home if home is not None else os.path.expanduser("~")
     try:
-        with open(os.path.join(folder, ".xcsh", "config.toml"), "rb") as f:
-            raw = tomllib.load(f)
+        data = read_capped(os.path.join(folder, ".xcsh", "config.toml"), CONFIG_MAX_BYTES, follow=True)
+        raw = tomllib.loads(data.decode())
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
         return None  # an unreadable or broken file is reported where its grants are read
     runtime = raw.get("runtime")

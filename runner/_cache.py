@@ -16,6 +16,15 @@ the fingerprint also settles which environment the module's tools come from.
 The cache is an optimisation and never a source of failure: a corrupt entry
 or an unwritable directory is ignored with a warning, and the module is
 loaded in a worker as if there were no cache.
+
+A tool runs as the user and can replace any entry (``runner._safe_read``). An
+entry is read only if it is a regular file, not a symlink, of at most
+``ENTRY_MAX_BYTES``; anything else (a FIFO, a link to ``/dev/zero``, a huge
+sparse file, a directory) is a miss with a warning, removed so that the load
+writes the entry again. A tool source is fingerprinted only while it is a
+regular file (a symlink to one is fine: a user's tool may be one) within
+``SOURCE_MAX_BYTES``, and a module within ``MODULE_MAX_BYTES`` in all; past
+either, the module has no fingerprint and is loaded in a worker every run.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from worker import _protocol as p
 
 from . import _bun
 from ._discovery import Candidate
+from ._safe_read import SOURCE_MAX_BYTES, UnsafeFile, read_capped, remove_replaced
 
 # Part of every fingerprint: bumped when what an entry holds changes shape (2:
 # tools gained output_schema, annotations and icons), so that an entry written
@@ -41,6 +51,11 @@ from ._discovery import Candidate
 FORMAT: Final = 2
 _MAX_PACKAGE_FILES: Final = 2000
 _JS_SOURCES: Final = frozenset({".ts", ".tsx", ".mts", ".cts", ".js", ".jsx", ".mjs", ".cjs", ".json"})
+# An entry holds one load result, which reached the host as one frame, plus its errors: twice a frame is
+# more than any entry this host writes, and small enough to read and decode.
+ENTRY_MAX_BYTES: Final = 2 * p.DEFAULT_MAX_FRAME_BYTES
+# Every file of one module together: a fingerprint hashes at most this much (about a second of sha256).
+MODULE_MAX_BYTES: Final = 256 << 20
 
 
 class CachedLoad(msgspec.Struct, frozen=True):
@@ -87,10 +102,13 @@ def fingerprint(candidate: Candidate, version: str) -> str | None:
                 return None
         else:
             files = [path]
+        budget = MODULE_MAX_BYTES
         for f in files:
             h.update(str(f.relative_to(path) if f != path else "").encode() + b"\0")
-            h.update(f.read_bytes())
-    except OSError:
+            data = read_capped(f, min(SOURCE_MAX_BYTES, budget), follow=True)
+            budget -= len(data)
+            h.update(data)
+    except OSError:  # UnsafeFile too: a FIFO, a device or an oversized source is not fingerprinted
         return None
     return h.hexdigest()
 
@@ -110,8 +128,15 @@ class ModuleCache:
     def get(self, candidate: Candidate, fp: str) -> CachedLoad | None:
         path = self._file(candidate)
         try:
-            data = path.read_bytes()
+            data = read_capped(path, ENTRY_MAX_BYTES)
         except FileNotFoundError:
+            return None
+        except UnsafeFile as exc:
+            self._warnings.append(
+                f"module cache: {path} is {exc.strerror}, which this host never writes; "
+                "ignoring it, loading the module in a worker and writing the entry again"
+            )
+            self._remove(path)
             return None
         except OSError as exc:
             self._warnings.append(f"module cache: cannot read {path} ({exc.strerror}); loading without it")
@@ -122,6 +147,14 @@ class ModuleCache:
             self._warnings.append(f"module cache: {path} is corrupt; ignoring it")
             return None
         return entry if entry.fingerprint == fp else None
+
+    def _remove(self, path: Path) -> None:
+        # Gone before the load that rewrites it: a rename cannot replace a directory, and an entry whose
+        # load fails (not cached) must not be read again by the next run.
+        try:
+            remove_replaced(path)
+        except OSError as exc:
+            self._warnings.append(f"module cache: cannot remove {path} ({exc.strerror}); remove it by hand")
 
     def put(self, candidate: Candidate, entry: CachedLoad) -> None:
         if self._write_failed:

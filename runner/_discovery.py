@@ -37,6 +37,7 @@ Rules:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -48,6 +49,7 @@ from typing import Any, Final, NamedTuple
 import msgspec
 
 from ._bun import JS_SUFFIXES, is_js_folder, is_js_module, module_stem
+from ._safe_read import METADATA_MAX_BYTES, UnsafeFile, read_capped, remove_replaced, write_replacing
 
 ENTRY_POINT_GROUP: Final = "xcsh.tools"
 
@@ -158,7 +160,7 @@ def expand(path: str, cwd: str, home: str | None = None) -> Path:
 
 def _read_registry(path: Path, warnings: list[str]) -> dict[str, list[dict[str, Any]]]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_capped(path, METADATA_MAX_BYTES, follow=True).decode("utf-8"))
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
@@ -322,10 +324,15 @@ def cached_entry_point_candidates(home: Path, warnings: list[str], cache_dir: Pa
     path = cache_dir / "entry-points.json" if cache_dir is not None else None
     if path is not None:
         try:
-            cached = msgspec.json.decode(path.read_bytes(), type=_ScanResult)
+            # Written by this host alone, never a link: anything else there is a miss (runner._safe_read).
+            cached = msgspec.json.decode(read_capped(path, METADATA_MAX_BYTES), type=_ScanResult)
             if cached.key == key:
                 warnings.extend(cached.warnings)
                 return cached.candidates
+        except UnsafeFile as exc:
+            warnings.append(f"entry-point cache: {path} is {exc.strerror}; scanning again and replacing it")
+            with contextlib.suppress(OSError):
+                remove_replaced(path)
         except (OSError, msgspec.DecodeError):
             pass
     found: list[str] = []
@@ -334,9 +341,7 @@ def cached_entry_point_candidates(home: Path, warnings: list[str], cache_dir: Pa
     if path is not None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_bytes(msgspec.json.encode(_ScanResult(key=key, candidates=candidates, warnings=found)))
-            os.replace(tmp, path)
+            write_replacing(path, msgspec.json.encode(_ScanResult(key=key, candidates=candidates, warnings=found)))
         except OSError:
             pass  # the module cache reports an unwritable directory already
     return candidates

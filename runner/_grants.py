@@ -39,6 +39,7 @@ import msgspec
 from worker._requires import Requires
 
 from ._errors import ConfigError
+from ._safe_read import CONFIG_MAX_BYTES, read_capped
 from ._sandbox import SandboxPolicy
 
 CONFIG_NAME: Final = "config.toml"
@@ -124,7 +125,8 @@ def _check_ports(path: Path, config: ConfigFile) -> None:
 
 def _read(path: Path, base: Path) -> ConfigFile | None:
     try:
-        data = path.read_bytes()
+        # The user's own file (a link to a dotfiles checkout is fine), but one a tool can replace.
+        data = read_capped(path, CONFIG_MAX_BYTES, follow=True)
     except FileNotFoundError:
         return None
     except OSError as exc:

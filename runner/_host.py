@@ -462,6 +462,7 @@ async def open_runner(
                 cgroup_v2=cgroups is not None,
                 memory_cgroup=cgroups is not None and cgroups.memory is not None,
                 pids_cgroup=cgroups is not None and cgroups.pids is not None,
+                warnings=warnings,
             )
 
         found = await trio.to_thread.run_sync(prepare)

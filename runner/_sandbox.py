@@ -13,6 +13,7 @@ policy says ``best_effort``; then what was not enforced is reported.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
 import os
@@ -29,6 +30,7 @@ import msgspec
 from worker import _protocol as p
 
 from ._errors import ConfigError
+from ._safe_read import UnsafeFile, read_capped, remove_replaced, write_replacing
 from ._sandbox_paths import executables, project_folder, python_paths, worker_packages
 
 Level = Literal["none", "contained", "strict"]
@@ -46,6 +48,7 @@ HOST_ONLY_ENV: Final = frozenset({"XCSH_RUN_MCP_TOKEN"})
 # it was not given; it takes them out of its environment before any tool runs.
 DROPPED_ENV: Final = "XCSH_RUN_DROPPED_ENV"
 _DROP_UID: Final = 65534  # nobody
+_PROBE_MAX_BYTES: Final = 64 << 10  # a Probe is a few hundred bytes of flags and paths
 _PROBE_FORMAT: Final = 3  # part of the probe cache's key: a new way of measuring is measured again
 
 
@@ -212,22 +215,35 @@ def _measure(cgroup_v2: bool, memory_cgroup: bool, pids_cgroup: bool) -> Probe:
     )
 
 
-def probe(cache_dir: Path | None, *, cgroup_v2: bool, memory_cgroup: bool, pids_cgroup: bool) -> Probe:
-    """This host's capabilities, cached per boot in ``cache_dir``."""
+def probe(
+    cache_dir: Path | None,
+    *,
+    cgroup_v2: bool,
+    memory_cgroup: bool,
+    pids_cgroup: bool,
+    warnings: list[str] | None = None,
+) -> Probe:
+    """This host's capabilities, cached per boot in ``cache_dir``; a replaced cache file is noted in ``warnings``."""
     key = hashlib.sha256(
         f"{_PROBE_FORMAT}\0{_boot_id()}\0{sys.executable}\0{os.geteuid()}\0{cgroup_v2}{memory_cgroup}{pids_cgroup}".encode()
     ).hexdigest()[:24]
     path = cache_dir / f"probe-{key}.json" if cache_dir is not None else None
     if path is not None:
         try:
-            return msgspec.json.decode(path.read_bytes(), type=Probe)
+            # A tool can replace the file (runner._safe_read): a FIFO, a link, a huge file is a miss.
+            return msgspec.json.decode(read_capped(path, _PROBE_MAX_BYTES), type=Probe)
+        except UnsafeFile as exc:
+            if warnings is not None:
+                warnings.append(f"probe cache: {path} is {exc.strerror}; measuring again and replacing it")
+            with contextlib.suppress(OSError):
+                remove_replaced(path)
         except (OSError, msgspec.DecodeError):
             pass
     result = _measure(cgroup_v2, memory_cgroup, pids_cgroup)
     if path is not None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(msgspec.json.encode(result))
+            write_replacing(path, msgspec.json.encode(result))  # over whatever is there, never through it
         except OSError:
             pass  # the probe is cheap; failing to cache it changes nothing
     return result

@@ -25,6 +25,8 @@ from typing import Any, Final
 
 import msgspec
 
+from ._safe_read import SOURCE_MAX_BYTES, read_capped
+
 # The specification's regular expression, verbatim.
 REGEX: Final = r"(?m)^# /// (?P<type>[a-zA-Z0-9-]+)$\s(?P<content>(^#(| .*)$\s)+)^# ///$"
 SPEC_URL: Final = "https://packaging.python.org/specifications/inline-script-metadata/"
@@ -63,8 +65,8 @@ def read(path: str) -> ScriptMeta | None:
 
     Raises ScriptMetaError for a malformed block and OSError for an unreadable file.
     """
-    with open(path, encoding="utf-8", errors="surrogateescape") as f:
-        text = f.read()
+    # The tool's own file, a link to one allowed; a FIFO or device in its place is an OSError, not a hang.
+    text = read_capped(path, SOURCE_MAX_BYTES, follow=True).decode("utf-8", errors="surrogateescape")
     return parse(text, path)
 
 

@@ -35,6 +35,7 @@ RANKS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "runner._results",
             "runner._faults",
             "runner._safe_text",
+            "runner._safe_read",
             "runner._terminal",
             "runner._startup",
             "runner._statistics",
