@@ -2,7 +2,9 @@
 
 The attacks run on loopback only, bounded in count and time: connections
 that send half a request head and stall (and come back when the server drops
-them), and a flood of whole heads with a wrong token. While they run, the
+them), a flood of whole heads with a wrong token, and more connections than
+the pool holds that each had one request answered (or refused) and then sit
+idle on keep-alive. While they run, the
 official SDK client with the right token must initialize, list and call
 within a deadline. The first tests drive a real `xcsh-run serve --http`
 subprocess (its sockets are counted in ``/proc``); the last ones run the
