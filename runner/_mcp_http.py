@@ -45,10 +45,12 @@ Rules:
    (``_mcp_http_admission``). Before that it is pending, in a small quota
    with a short deadline for that head; while the quota is full, the oldest
    pending connection is dropped for a newcomer once it had half a second.
-   A first head that fails the checks is answered (403, 401) and its
-   connection closed; one that passes while ``max_connections`` admitted
-   connections are open gets 503 and is closed. So connections that stall,
-   or lack the token, never lock out a client that has it.
+   A first head that fails is answered (403, 401); one that passes while
+   the pool is full takes the place of the one idle longest between
+   keep-alive requests, which is closed; only when all are busy (a request
+   in flight, an SSE stream open) does it get 503. Every error answer (4xx,
+   503) closes its connection. So connections that
+   stall, lack the token, were refused or sit idle never lock a client out.
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ MAX_CONNECTIONS: Final = 64
 MAX_SESSIONS: Final = 64
 _STREAMS_KEPT: Final = 32  # finished request streams kept per session, for resumption
 _PRIMING_SINCE: Final = "2025-11-25"  # older clients cannot read an event with empty data
+_ALL_BUSY: Final = "all busy with requests or streams; try again when one ends"
 _EVENT_ID: Final = re.compile(r"([0-9]{1,18})-([0-9]{1,18})")
 
 
@@ -176,9 +179,12 @@ class HttpServer:
                     try:
                         await self._dispatch(conn, request)
                     except _Refused as refused:
-                        await self._refuse(conn, refused)
+                        # An error answer ends its connection: it keeps no place in the pool (rule 8).
+                        await self._refuse(conn, refused, close=True)
+                        return
                     if not conn.reusable:
                         return
+                    self.admission.set_idle(ticket)  # between keep-alive requests: its place may be taken
         except ConnectionGone:
             pass
         except Exception:
@@ -191,7 +197,7 @@ class HttpServer:
     async def _next(self, conn: HttpConnection, ticket: Ticket) -> HttpRequest | None:
         try:
             if ticket.admitted:
-                return await conn.next_request()
+                return await conn.next_request(on_head=functools.partial(self.admission.set_busy, ticket))
             screen = functools.partial(self._screen, ticket)
             return await conn.next_request(screen, head_deadline=ticket.head_deadline)
         except _Refused as refused:  # from the screen: this connection was never admitted
@@ -205,11 +211,11 @@ class HttpServer:
             await self._refuse(conn, _Refused(exc.status, str(exc), request_id=request_id), close=True)
             return None
 
-    def _screen(self, ticket: Ticket, headers: dict[str, str]) -> None:
+    async def _screen(self, ticket: Ticket, headers: dict[str, str]) -> None:
         """The first head of a pending connection: checked, then admitted (rule 8), before its body is read."""
         self._check_head(headers)
-        if not self.admission.admit(ticket):
-            raise _Refused(503, f"too many connections ({self.admission.limit} open); try again when one closes")
+        if not await self.admission.admit(ticket):
+            raise _Refused(503, f"too many connections ({self.admission.limit} open), {_ALL_BUSY}")
 
     def _check_head(self, headers: dict[str, str]) -> None:
         if not origin_allowed(headers.get("origin"), self._allowed):

@@ -22,15 +22,32 @@ Rules:
 2. A pending connection has ``head_timeout`` seconds from its acceptance to
    send a whole head (whose size the wire bounds); then it is closed.
 3. A head that passes admits its connection to the pool of at most
-   ``admitted``; when the pool is full that request gets 503 and the
-   connection closes. A head that fails gets its answer (403, 401) and the
+   ``admitted``. A head that fails gets its answer (403, 401) and the
    connection closes: it never took a place in the pool.
-4. An admitted connection keeps its place until it closes; it is never
-   dropped for a pending one.
-5. Without a token, the checks are the ``Origin`` check alone: any client
+4. An admitted connection is *busy* from the first byte of a request until
+   its response ended (a stream of events is a response that has not ended)
+   and *idle* between keep-alive requests. When the pool is full, a passing
+   head takes the place of the connection that has been idle longest, once
+   that one has been idle ``min_idle`` seconds (the newcomer waits for that,
+   at most ``min_idle``); the idle one is closed without a word, which is
+   what an idle keep-alive connection is for: its client opens a new one
+   when it next has a request. Only when every admitted connection is busy
+   (or none is idle long enough) does the newcomer get 503 and its
+   connection close. So holding places costs requests in flight, not
+   sockets left open: connections that once sent a head and now sit idle
+   never lock out a client that sends requests.
+5. ``min_idle`` is small but not zero: a connection closed just as its
+   client sends the next request loses that request (the client sees the
+   connection end without an answer; a ``POST`` is not retried for it), and
+   a client that calls in a loop is idle only for the moment between a
+   response and its next request. A quarter of a second keeps such a
+   client's connection while a newcomer waits no longer than that.
+6. Pending connections are never taken for admitted ones, nor the other
+   way round: an admitted connection gives its place only to a head that
+   passed the checks.
+7. Without a token, the checks are the ``Origin`` check alone: any client
    that reaches the port may run tools, but a connection still earns its
-   place with a complete head, so stalled connections cannot starve those
-   that send requests.
+   place with a complete head, and keeps it only while it uses it.
 """
 
 from __future__ import annotations
@@ -47,27 +64,35 @@ logger = logging.getLogger("xcsh_run.mcp")
 MAX_PENDING: Final = 128
 HEAD_TIMEOUT: Final = 10.0  # seconds from acceptance to a pending connection's first complete head
 MIN_AGE: Final = 0.5  # seconds a pending connection is kept before a newcomer may take its place
+MIN_IDLE: Final = 0.25  # seconds an admitted connection is idle before a newcomer may take its place (rule 5)
 # Out of fds or memory: accepting again at once would spin (as trio.serve_listeners does, wait a little).
 _ACCEPT_CAPACITY_ERRNOS: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 
 
 class Ticket:
-    """One connection's standing: pending or admitted, and the scope that drops it (rule 1)."""
+    """One connection's standing: pending or admitted (busy or idle), and the scope that drops it (rules 1, 4)."""
 
-    __slots__ = ("scope", "admitted", "arrived", "head_deadline")
+    __slots__ = ("scope", "admitted", "arrived", "head_deadline", "idle_since")
 
     def __init__(self, arrived: float, head_deadline: float) -> None:
         self.scope = trio.CancelScope()
         self.admitted = False
         self.arrived = arrived
         self.head_deadline = head_deadline
+        self.idle_since: float | None = None  # None: pending, or busy with a request
 
 
 class Admission:
     """The connections' places: ``admitted`` in the pool, ``pending`` waiting for a first head."""
 
     def __init__(
-        self, *, admitted: int, pending: int = MAX_PENDING, head_timeout: float = HEAD_TIMEOUT, min_age: float = MIN_AGE
+        self,
+        *,
+        admitted: int,
+        pending: int = MAX_PENDING,
+        head_timeout: float = HEAD_TIMEOUT,
+        min_age: float = MIN_AGE,
+        min_idle: float = MIN_IDLE,
     ) -> None:
         if admitted < 1 or pending < 1:
             raise ValueError(f"admission needs at least one place of each kind, got {admitted} and {pending}")
@@ -76,14 +101,23 @@ class Admission:
         self._pending_limit = pending
         self._head_timeout = head_timeout
         self._min_age = min_age
+        self._min_idle = min_idle
         self._left = trio.Event()  # a pending connection left the quota
         self._pending: dict[Ticket, None] = {}  # insertion order: the oldest first
+        self._admitted: set[Ticket] = set()
+        self._changed = trio.Event()  # an admitted connection left or became idle
         self.dropped = 0  # pending connections dropped for newer ones, for the log and the tests
+        self.evicted = 0  # idle admitted connections closed for newcomers (rule 4)
 
     @property
     def counts(self) -> tuple[int, int]:
         """(admitted, pending) connections now."""
         return self.limit - self._free, len(self._pending)
+
+    @property
+    def busy(self) -> int:
+        """How many admitted connections are busy with a request (rule 4)."""
+        return sum(t.idle_since is None for t in self._admitted)
 
     async def serve(
         self,
@@ -144,21 +178,62 @@ class Admission:
             self._left.set()
             self._left = trio.Event()
 
-    def admit(self, ticket: Ticket) -> bool:
-        """Move ``ticket`` into the pool; False when the pool is full (it stays pending, rule 3)."""
+    async def admit(self, ticket: Ticket) -> bool:
+        """Move ``ticket`` into the pool, busy; False when every place is busy (it stays pending, rules 3-5)."""
         if ticket.admitted:
             return True
-        if self._free <= 0 or ticket.scope.cancel_called:  # full, or dropped a moment ago
-            return False
-        self._leaves_quota(ticket)
-        self._free -= 1
-        ticket.admitted = True
-        return True
+        give_up = trio.current_time() + self._min_idle
+        while not ticket.scope.cancel_called:  # else dropped a moment ago
+            if self._free <= 0:
+                idle = [t for t in self._admitted if t.idle_since is not None]
+                if not idle:
+                    return False
+                oldest = min(idle, key=lambda t: t.idle_since or 0.0)
+                due = (oldest.idle_since or 0.0) + self._min_idle
+                if trio.current_time() < due:
+                    if trio.current_time() >= give_up:
+                        return False  # those idle became so only while this one waited: in use
+                    # A place may free, or the oldest idle one come of age, or turn busy.
+                    with trio.move_on_at(min(due, give_up)):
+                        await self._changed.wait()
+                    continue
+                self._evict(oldest)
+            self._leaves_quota(ticket)
+            self._free -= 1
+            ticket.admitted = True
+            self._admitted.add(ticket)
+            return True
+        return False
+
+    def _evict(self, ticket: Ticket) -> None:
+        """Close an idle admitted connection; its place goes to the caller at once (rule 4)."""
+        self._admitted.discard(ticket)
+        ticket.admitted = False  # so that its leave() frees nothing: the place is passed on
+        ticket.idle_since = None
+        ticket.scope.cancel()
+        self._free += 1
+        self.evicted += 1
+
+    def set_busy(self, ticket: Ticket) -> None:
+        """A request started on ``ticket``'s connection: its place is in use (rule 4)."""
+        ticket.idle_since = None
+
+    def set_idle(self, ticket: Ticket) -> None:
+        """``ticket``'s connection answered its request and waits for another (rule 4)."""
+        if ticket.admitted:
+            ticket.idle_since = trio.current_time()
+            self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
 
     def leave(self, ticket: Ticket) -> None:
         """The connection closed: its place, whichever it held, is free."""
         if ticket.admitted:
             ticket.admitted = False
+            self._admitted.discard(ticket)
             self._free += 1
+            self._wake()
         else:
             self._leaves_quota(ticket)

@@ -18,10 +18,11 @@ Rules:
    connection closes after :data:`IDLE_TIMEOUT`; and the caller may set an
    earlier deadline for the head (a connection not yet admitted, see
    ``_mcp_http_admission``).
-3. A caller's ``screen`` sees a request's head before its body is read; when
-   it refuses the head, the body is read past (not kept, bounded in size and
-   time) so that the refusal reaches the client instead of a reset, unless
-   the client waits for ``100 Continue``.
+3. A caller's ``screen`` sees a request's head before its body is read (it
+   may wait, within the request's deadline); when it refuses the head, the
+   body is read past (not kept, bounded in size and time) so that the
+   refusal reaches the client instead of a reset, unless the client waits
+   for ``100 Continue``.
 4. While a streamed response is written, :meth:`HttpConnection.watch_closed`
    notices the client going away (its end of the socket closes), which is how
    a disconnect during a call is seen; bytes the client sends meanwhile are
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, NoReturn
 from urllib.parse import urlsplit
@@ -93,15 +94,20 @@ class HttpConnection:
         self._head_scope: trio.CancelScope | None = None
 
     async def next_request(
-        self, screen: Callable[[dict[str, str]], None] | None = None, *, head_deadline: float = math.inf
+        self,
+        screen: Callable[[dict[str, str]], Awaitable[None]] | None = None,
+        *,
+        head_deadline: float = math.inf,
+        on_head: Callable[[], None] | None = None,
     ) -> HttpRequest | None:
         """The next request, or None once the client is done (or too slow, rule 2).
 
-        ``screen`` is called with the head's headers before the body is read;
-        an exception it raises is raised here once the body was read past
-        (rule 3). ``head_deadline`` (``trio.current_time()`` clock) bounds the
-        wait for the head further. Raises :class:`HttpError` for a request to
-        refuse (rule 1); the caller answers it and closes.
+        ``on_head`` is called once a whole head came (a request is now in
+        flight); ``screen`` is awaited with the head's headers before the body
+        is read; an exception it raises is raised here once the body was read
+        past (rule 3). ``head_deadline`` (``trio.current_time()`` clock) bounds
+        the wait for the head further. Raises :class:`HttpError` for a request
+        to refuse (rule 1); the caller answers it and closes.
         """
         if self._h11.our_state is h11.DONE and self._h11.their_state is h11.DONE:
             self._h11.start_next_cycle()
@@ -117,6 +123,8 @@ class HttpConnection:
         if not isinstance(event, h11.Request):
             return None  # the client closed, or said nothing (or not a whole head) for too long
         self._started()
+        if on_head is not None:
+            on_head()
         with trio.move_on_at(self._request_deadline):
             return await self._read_request(event, screen)
         return None
@@ -128,7 +136,9 @@ class HttpConnection:
             if self._head_scope is not None:
                 self._head_scope.deadline = min(self._head_scope.deadline, self._request_deadline)
 
-    async def _read_request(self, head: h11.Request, screen: Callable[[dict[str, str]], None] | None) -> HttpRequest:
+    async def _read_request(
+        self, head: h11.Request, screen: Callable[[dict[str, str]], Awaitable[None]] | None
+    ) -> HttpRequest:
         headers: dict[str, str] = {}
         size = len(head.method) + len(head.target) + 12  # the request line: "M T HTTP/1.1\r\n"
         for raw_name, raw_value in head.headers:
@@ -140,7 +150,7 @@ class HttpConnection:
             raise HttpError(431, f"request header fields too large: the limit is {MAX_HEAD_BYTES} bytes")
         if screen is not None:
             try:
-                screen(headers)
+                await screen(headers)
             except Exception:
                 await self._discard()
                 raise

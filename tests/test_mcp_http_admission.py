@@ -2,7 +2,9 @@
 
 The attacks run on loopback only, bounded in count and time: connections
 that send half a request head and stall (and come back when the server drops
-them), and a flood of whole heads with a wrong token. While they run, the
+them), a flood of whole heads with a wrong token, and more connections than
+the pool holds that each had one request answered (or refused) and then sit
+idle on keep-alive. While they run, the
 official SDK client with the right token must initialize, list and call
 within a deadline. The first tests drive a real `xcsh-run serve --http`
 subprocess (its sockets are counted in ``/proc``); the last ones run the
@@ -26,7 +28,7 @@ from runner._mcp_http_admission import MAX_PENDING
 from runner._mcp_server import ToolServer
 
 from ._mcp_clients import BASIC, DEADLINE, http_server, sdk_session
-from .conftest import SDK_HTTP_LEFTOVERS
+from .conftest import SDK_HTTP_LEFTOVERS, TOOLS
 from .test_mcp import text_of
 from .test_mcp_http import INIT
 
@@ -34,6 +36,9 @@ TOKEN = "s3cret-admission"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
 STALLED_HEAD = b"POST /mcp HTTP/1.1\r\nX-Stalled: "
 CLIENT_DEADLINE = 15.0  # seconds for initialize + tools/list + tools/call under attack
+GATE = str(TOOLS / "gate.py")
+POOL = 64  # MAX_CONNECTIONS
+NO_SESSION = {"jsonrpc": "2.0", "id": 7, "method": "tools/list"}  # 400: no Mcp-Session-Id
 
 
 def request_bytes(body: dict[str, Any], headers: dict[str, str]) -> bytes:
@@ -60,6 +65,24 @@ async def read_until_closed(stream: trio.SocketStream) -> bytes:
         if not data:
             return bytes(received)
         received += data
+
+
+async def read_response(stream: trio.SocketStream) -> tuple[int, bytes]:
+    """One whole response with a ``Content-Length`` (the connection stays open): its status and body."""
+    received = bytearray()
+    while b"\r\n\r\n" not in received:
+        data = await stream.receive_some(65536)
+        assert data, bytes(received)
+        received += data
+    head, _, body = bytes(received).partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1]) for line in head.lower().split(b"\r\n") if line.startswith(b"content-length:")
+    )
+    while len(body) < length:
+        data = await stream.receive_some(65536)
+        assert data, body
+        body += data
+    return status_of(head), body
 
 
 def status_of(answer: bytes) -> int:
@@ -178,8 +201,10 @@ async def test_a_flood_of_wrong_tokens_does_not_lock_the_client_out() -> None:
 
 
 @asynccontextmanager
-async def serving(token: str | None = TOKEN, **limits: Any) -> AsyncIterator[tuple[HttpServer, int]]:
-    tools = ToolServer([BASIC], grace=0.5)
+async def serving(
+    token: str | None = TOKEN, tools_paths: tuple[str, ...] = (BASIC,), **limits: Any
+) -> AsyncIterator[tuple[HttpServer, int]]:
+    tools = ToolServer(list(tools_paths), grace=0.5)
     server = HttpServer(tools, max_body=2**20, token=token, **limits)
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     port = listeners[0].socket.getsockname()[1]
@@ -271,14 +296,14 @@ async def test_a_wrong_token_or_origin_is_answered_and_closed_and_never_admitted
             # The one place in the pool is still free for the right client.
             keep = await trio.open_tcp_stream("127.0.0.1", port)
             await keep.send_all(request_bytes(INIT, AUTH))
-            assert status_of(await keep.receive_some(65536)) == 200
+            assert (await read_response(keep))[0] == 200
             assert server.admission.counts == (1, 0)
-            # With it taken, a second client with the token gets 503, and the first one is not touched.
+            # Idle on keep-alive, it gives its place to a second client with the token: closed, unanswered.
             other = await trio.open_tcp_stream("127.0.0.1", port)
             await other.send_all(request_bytes(INIT, AUTH))
-            answer = await read_until_closed(other)
-            assert status_of(answer) == 503 and b"too many connections (1 open)" in answer, answer[:300]
-            assert server.admission.counts == (1, 0)
+            assert (await read_response(other))[0] == 200
+            assert await read_until_closed(keep) == b""
+            assert server.admission.counts == (1, 0) and server.admission.evicted == 1
             for stream in (keep, other):
                 await stream.aclose()
 
@@ -380,3 +405,100 @@ async def test_an_admitted_connection_has_request_timeout_for_a_trickled_head(mo
             assert b"HTTP/1.1" not in rest  # closed, not answered: the head never came whole
             assert 0.5 <= trio.current_time() - started < 2.5
             await stream.aclose()
+
+
+# --- admitted connections that hold places: idle ones give them up, busy ones keep them ----------
+
+
+async def quiet_or_closed(stream: trio.SocketStream) -> bool:
+    """Whether the server closed ``stream`` (it sends nothing unasked on a keep-alive connection)."""
+    with trio.move_on_after(0.02):
+        try:
+            return await stream.receive_some(65536) == b""
+        except (trio.BrokenResourceError, OSError):
+            return True
+    return False
+
+
+@SDK_HTTP_LEFTOVERS[0]
+@SDK_HTTP_LEFTOVERS[1]
+@pytest.mark.parametrize("token", [TOKEN, None], ids=["token", "no-token"])
+async def test_idle_keep_alive_and_refused_connections_do_not_lock_the_client_out(token: str | None) -> None:
+    headers = AUTH if token else {}
+    idle_count = POOL + 16
+    with trio.fail_after(90):
+        async with http_server(BASIC, env={"XCSH_RUN_MCP_TOKEN": TOKEN} if token else {}) as server:
+            port = int(server.url.rsplit(":", 1)[1].split("/", 1)[0])
+            pid = server.process.pid
+            baseline = open_sockets(pid)
+            # A request the transport refuses (400) ends its connection, keep-alive or not.
+            for _ in range(POOL):
+                stream = await trio.open_tcp_stream("127.0.0.1", port)
+                await stream.send_all(request_bytes(NO_SESSION, {**headers, "connection": "keep-alive"}))
+                answer = await read_until_closed(stream)
+                assert status_of(answer) == 400 and b"connection: close" in answer.lower(), answer[:300]
+                await stream.aclose()
+            # More connections than the pool holds, each with one request answered, then idle on keep-alive.
+            idle: list[trio.SocketStream] = []
+            try:
+                for _ in range(idle_count):
+                    idle.append(stream := await trio.open_tcp_stream("127.0.0.1", port))
+                    await stream.send_all(request_bytes(INIT, {**headers, "connection": "keep-alive"}))
+                    assert (await read_response(stream))[0] == 200
+                # The attack is real: the pool is full of idle connections (a 503 for newcomers before).
+                assert open_sockets(pid) >= baseline + POOL
+                took = await use_the_tools(server.url)
+                closed = [await quiet_or_closed(stream) for stream in idle]
+                print(f"\nwith {POOL} idle connections held: the client took {took:.2f} s; {sum(closed)} closed")
+                # The oldest gave their places to the newest, then to the SDK client's connections.
+                assert sum(closed) >= idle_count - POOL + 1, closed
+                assert closed[: idle_count - POOL] == [True] * (idle_count - POOL)
+            finally:
+                for stream in idle:
+                    await stream.aclose()
+            await wait_for(lambda: open_sockets(pid) <= baseline, "return to the sockets it had before the attack")
+
+
+async def test_busy_connections_keep_their_places_and_a_newcomer_gets_503(tmp_path: Any) -> None:
+    gate = tmp_path / "open"
+    with trio.fail_after(60):
+        async with serving(None, (GATE,)) as (server, port):
+            opener = await trio.open_tcp_stream("127.0.0.1", port)
+            await opener.send_all(request_bytes(INIT, {"connection": "close"}))
+            answer = await read_until_closed(opener)
+            await opener.aclose()
+            session = next(
+                line.split(b":", 1)[1].strip().decode()
+                for line in answer.split(b"\r\n\r\n", 1)[0].split(b"\r\n")
+                if line.lower().startswith(b"mcp-session-id:")
+            )
+            await wait_for(lambda: server.admission.counts == (0, 0), "the first connection to close")
+            headers = {"mcp-session-id": session}
+            busy = []
+            try:
+                for i in range(POOL):
+                    call = {
+                        "jsonrpc": "2.0",
+                        "id": i,
+                        "method": "tools/call",
+                        "params": {"name": "gate", "arguments": {"path": str(gate)}},
+                    }
+                    busy.append(stream := await trio.open_tcp_stream("127.0.0.1", port))
+                    await stream.send_all(request_bytes(call, headers))
+                await wait_for(lambda: server.admission.busy == POOL, f"{POOL} calls in flight")
+                newcomer = await trio.open_tcp_stream("127.0.0.1", port)
+                await newcomer.send_all(request_bytes(INIT, {}))
+                answer = await read_until_closed(newcomer)
+                await newcomer.aclose()
+                assert status_of(answer) == 503, answer[:300]
+                assert b"too many connections (64 open), all busy" in answer, answer[:300]
+                assert server.admission.busy == POOL and server.admission.evicted == 0
+                gate.touch()
+                # None was dropped: every call is answered on its own connection.
+                for i, stream in enumerate(busy):
+                    status, body = await read_response(stream)
+                    assert status == 200 and json.loads(body)["id"] == i, body[:300]
+            finally:
+                for stream in busy:
+                    await stream.aclose()
+            await wait_for(lambda: server.admission.counts == (0, 0), "the busy connections to close")
