@@ -5,12 +5,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 BENCH_STAMP := $(VENV)/.bench-installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
-# Bun and TypeBox for the TypeScript tools (runner/_bun.py pins their versions): installed once per pin.
+# Bun and TypeBox for the TypeScript tools (runner/_discovery/bun.py pins their versions): installed once per pin.
 BUN_DIR := $(CURDIR)/.cache/bun
 BUN_EXE := $(BUN_DIR)/node_modules/bun/bin/bun.exe
-BUN_STAMP := $(BUN_DIR)/.installed-$(shell grep -E '^(BUN|TYPEBOX)_VERSION' runner/_bun.py | cksum | cut -d' ' -f1)
+BUN_STAMP := $(BUN_DIR)/.installed-$(shell grep -E '^(BUN|TYPEBOX)_VERSION' runner/_discovery/bun.py | cksum | cut -d' ' -f1)
 
-.PHONY: setup bun run test stress check docs lint fuzz bench conformance wheel clean
+.PHONY: setup bun run test stress check docs lint fuzz bench conformance wheel clean import-tree
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "xcsh-run needs Python 3.11+, found " + sys.version.split()[0]'
@@ -51,14 +51,21 @@ stress: $(STAMP) $(BUN_STAMP)
 	@# Each of these tests sets its own timeout; faulthandler's 110 s dump would only be noise here.
 	XCSH_RUN_STRESS=1 $(BIN)/python -m pytest -m stress -o faulthandler_timeout=0 $(STRESS_ARGS)
 
-check: $(STAMP)
+## The source folders as the one package they make when installed (runner/ is `xcsh_run`, worker/ is
+## `xcsh_run.worker`), as links, for the tools that read module names from folders (mypy, mkdocstrings).
+import-tree:
+	@rm -rf .cache/import-tree && mkdir -p .cache/import-tree/xcsh_run
+	@for f in runner/*; do ln -s ../../../$$f .cache/import-tree/xcsh_run/; done
+	@ln -s ../../../worker .cache/import-tree/xcsh_run/worker
+
+check: $(STAMP) import-tree
 	$(BIN)/ruff format --check runner worker tests fuzz examples bench
 	$(BIN)/ruff check runner worker tests fuzz examples bench
 	$(BIN)/mypy
 
 ## The reference (authoring API, runners, CLI) generated from the docstrings and the CLI's --help, into
 ## .cache/site (open .cache/site/index.html); --strict turns every docstring or link warning into a failure.
-docs: $(STAMP)
+docs: $(STAMP) import-tree
 	$(BIN)/mkdocs build --strict --quiet
 
 lint: $(STAMP)

@@ -27,7 +27,7 @@ from pathlib import Path
 import trio
 
 from bench._table import Row, Section
-from runner import Runner, open_runner, run_batch
+from xcsh_run import Runner, open_runner, run_batch
 
 ECHO = str(Path(__file__).resolve().parent / "tools" / "echo_tool.py")
 NURSERY = "call_tool from a nursery of max_workers tasks (the embedding API)"

@@ -28,8 +28,8 @@ from typing import Any
 import trio
 
 from bench._table import Row, Section
-from runner import open_ray_runner, open_runner, run_batch
-from runner._batch import CallsTools
+from xcsh_run import open_ray_runner, open_runner, run_batch
+from xcsh_run._embed.batch import CallsTools
 
 ECHO = str(Path(__file__).resolve().parent / "tools" / "echo_tool.py")
 SEQ_LOCAL = "sequential echo call_tool, local runner"

@@ -24,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from worker import _protocol as p
+from xcsh_run.worker import protocol as p
 
 TEXT = "x" * (10 * 2**20)
 RESULT = p.CallResult(content=[{"type": "text", "text": TEXT}], details=None)

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import trio
 
-from runner import SandboxPolicy, open_runner
-from runner._discovery import Candidate, ToolSource
+from xcsh_run import SandboxPolicy, open_runner
+from xcsh_run._discovery.finder import Candidate, ToolSource
 
 TOOL = """
-from worker.pi import CustomTool
+from xcsh_run.pi import CustomTool
 
 def factory(api):
     return CustomTool(name="echo", description="echo", parameters={"type": "object"}, execute=lambda *a: "ok")
@@ -47,7 +47,7 @@ async def measure(rounds: int) -> dict[str, list[float]]:
         samples: dict[str, list[float]] = {name: [] for name in LEVELS}
         # No spare: every row must pay for a worker start of its own level.
         async with open_runner(cwd=tmp, cache=False, discover_sources=False, spare_workers=0) as runner:
-            registry, pool = runner._registry, runner._pool
+            registry, pool = runner._loader, runner._pool
             for _ in range(3):  # warm-up: page cache, probe, pyc
                 for policy in LEVELS.values():
                     slot, _ = await registry.spawn_loaded(candidate, 30, policy)

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import trio
 
-from runner import open_runner
+from xcsh_run import open_runner
 
 TOOL = """
-from worker.pi import CustomTool
+from xcsh_run.pi import CustomTool
 
 def factory(api):
     def echo(tool_call_id, params, on_update, ctx, signal):

@@ -1,4 +1,4 @@
-"""Two Connections fuzzed against each other, no processes (worker/_connection.py).
+"""Two Connections fuzzed against each other, no processes (worker/protocol/connection.py).
 
 A host Connection and a worker Connection are wired through two byte buffers.
 Hypothesis interleaves, in any order: requests and notifications from either
@@ -57,7 +57,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from worker import _protocol as p
+from xcsh_run.worker import protocol as p
 
 T = TypeVar("T")
 

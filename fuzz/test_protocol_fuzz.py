@@ -1,4 +1,4 @@
-"""Property tests for the wire protocol (``worker._protocol``).
+"""Property tests for the wire protocol (``xcsh_run.worker.protocol``).
 
 Invariants checked, for any input Hypothesis can build:
 
@@ -32,7 +32,7 @@ import pytest
 from hypothesis import assume, event, given
 from hypothesis import strategies as st
 
-from worker import _protocol as p
+from xcsh_run.worker import protocol as p
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 

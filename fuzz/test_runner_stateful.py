@@ -1,7 +1,7 @@
 """Stateful campaign: random sequences of calls, cancels, timeouts, crashes and floods against one live runner.
 
 Hypothesis drives a :class:`RuleBasedStateMachine` whose rules run real tools
-(``tests/tools/basic.py`` and ``hostile.py``) in real workers, some of them at
+(``tests/fixtures/tools/basic.py`` and ``hostile.py``) in real workers, some of them at
 the same time, some left running in the background across steps. Invariants,
 checked after every step and at the end:
 
@@ -46,8 +46,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from runner import Runner, ToolResult
 from tests.conftest import TOOLS, make_runner, marked_processes
+from xcsh_run import Runner, ToolResult
 
 from .conftest import stateful_settings, stateful_timeout
 

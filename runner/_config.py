@@ -15,18 +15,16 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final
 
-from worker import _protocol as p
-
-from ._discovery import project_root
-from ._errors import ConfigError
-from ._grants import granted_policies
-from ._sandbox import SandboxPolicy
+from xcsh_run._discovery import project_root
+from xcsh_run._errors import ConfigError
+from xcsh_run._sandbox import SandboxPolicy, granted_policies
+from xcsh_run.worker import protocol as p
 
 DEFAULT_TIMEOUT: Final = 60.0
 DEFAULT_GRACE: Final = 1.0
 DEFAULT_LOAD_TIMEOUT: Final = 10.0
 # The wall bound of a load, unless given: this many load timeouts, and never less than the floor
-# (``runner._load_deadline`` rule 2 says why).
+# (``xcsh_run._pool.load_deadline`` rule 2 says why).
 LOAD_WALL_FACTOR: Final = 6
 LOAD_WALL_FLOOR: Final = 60.0
 DEFAULT_MAX_CALLS_PER_WORKER: Final = 1000
@@ -73,7 +71,7 @@ class RunnerConfig:
         grace: seconds between SIGTERM and the tree kill in the ladder.
         load_timeout: CPU seconds a module's worker may use to start, import the
             module and run its factory (its whole tree: a module that loops burns
-            CPU, a starved machine does not; see ``runner._load_deadline``).
+            CPU, a starved machine does not; see ``xcsh_run._pool.load_deadline``).
         load_wall_timeout: wall-clock seconds the same may take, however little CPU
             it uses: what catches a module that blocks at import (stdin, a socket,
             ``time.sleep``). None (the default): ``max(6 * load_timeout, 60)``.
@@ -88,7 +86,7 @@ class RunnerConfig:
             Discovery also reads the config files' sandbox grants (``_grants``);
             ``open_runner`` resolves None before reading them.
         cache: remember what unchanged modules define, so they are not imported
-            again on the next run (see ``runner._cache``).
+            again on the next run (see ``xcsh_run._discovery.cache``).
         cache_dir: where; default ``$XDG_CACHE_HOME/xcsh-run`` or ``~/.cache/xcsh-run``.
         home: the user's home for discovery; default ``$HOME``.
         sandbox: the policy of every worker (default: ``SandboxPolicy()``,

@@ -14,7 +14,7 @@
     └── RemoteRequestRefused                   a host handler refuses a worker's request (internal)
 
 The three protocol errors are also the protocol layer's own
-(``worker._messages.ProtocolError`` and its two subclasses), so that an
+(``xcsh_run.worker.protocol.messages.ProtocolError`` and its two subclasses), so that an
 ``except`` on either hierarchy catches them: the protocol layer raises its
 classes, and the runner re-raises nothing it does not have to.
 """
@@ -24,7 +24,7 @@ from __future__ import annotations
 import signal as _signal
 from typing import Any
 
-from worker import _messages
+from xcsh_run.worker.protocol import messages as _messages
 
 
 class RunnerError(Exception):

@@ -44,7 +44,7 @@ class ErrorInfo(msgspec.Struct, frozen=True, omit_defaults=True):
             (``["KeyError", "LookupError", "Exception", "BaseException"]``).
         raised_at: ``"file:line"`` of the innermost frame that raised it.
         deliberate: True when the tool raised it on purpose: a
-            ``worker.pi.ToolError`` or one of the tool's ``expected_errors``.
+            ``xcsh_run.pi.ToolError`` or one of the tool's ``expected_errors``.
     """
 
     kind: str

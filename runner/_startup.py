@@ -7,8 +7,9 @@ an exec on every cold ``xcsh-run``, even for a ``list`` that otherwise starts
 no process at all. :func:`import_trio` answers that one question itself, for
 the duration of trio's import, by asking the dynamic loader directly.
 
-``runner/__init__`` imports this module before anything else, so trio is
-imported here, once, whichever part of the package a program imports first.
+Every host package's face imports this module before anything else (as does
+``xcsh_run``'s own loader), so trio is imported here, once, whichever part of
+the package a program imports first. The worker never imports it.
 """
 
 from __future__ import annotations

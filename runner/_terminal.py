@@ -17,14 +17,14 @@ from typing import Any, Final, TextIO
 
 import trio
 
-from ._safe_text import visible
+from xcsh_run._safe_text import visible
 
 LOG_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s [tool=%(tool)s call=%(call_id)s pid=%(pid)s] %(message)s"
 LOG_BYTES: Final = 10 * 2**20
 LOG_BACKUPS: Final = 3
 SELECT_ATTEMPTS: Final = 3  # answers a `ui.select` prompt takes before an invalid one dismisses it
-OUTPUT_LOGGER: Final = "xcsh_run.output"  # runner._output's tap
-TOOL_LOGGER: Final = "xcsh_run.tool"  # runner._bridge's tool records
+OUTPUT_LOGGER: Final = "xcsh_run.output"  # xcsh_run._process.output's tap
+TOOL_LOGGER: Final = "xcsh_run.tool"  # xcsh_run._host.host_api's tool records
 
 
 def default_log_file() -> Path:
@@ -91,7 +91,7 @@ def configure_log_file(path: str | os.PathLike[str] | None, *, verbose: int = 0)
 
     ``verbose`` (the count of ``-v``): 1 streams the tools' records, the
     captured stdout and stderr of each worker and its children
-    (``xcsh_run.output``, bounded, see ``runner._output``) and the host's
+    (``xcsh_run.output``, bounded, see ``xcsh_run._process.output``) and the host's
     records at INFO to stderr as they come; 2 adds DEBUG. Without it, nothing
     reaches stderr but what propagates to the root logger's handlers (``serve``
     installs one for warnings): a tool's records never land on a person's

@@ -32,11 +32,12 @@ from typing import Any
 import pytest
 import trio
 
-from runner import Runner, _bun, open_runner
-from runner._boundary import CgroupRoot
-from runner._fuzz_procs import marked_processes as scan_marked
-from runner._sandbox import Probe
-from runner._sandbox import probe as host_probe
+from xcsh_run import Runner, open_runner
+from xcsh_run._discovery import bun as _bun
+from xcsh_run._process.boundary import CgroupRoot
+from xcsh_run._sandbox.policy import Probe
+from xcsh_run._sandbox.policy import probe as host_probe
+from xcsh_run.fuzz._leftovers import marked_processes as scan_marked
 
 MARK = f"XCSH_RUN_TEST_MARK={uuid.uuid4().hex}"
 os.environ["XCSH_RUN_TEST_MARK"] = MARK.split("=", 1)[1]
@@ -365,7 +366,7 @@ SDK_HTTP_LEFTOVERS = [
 
 @pytest.fixture(params=["stdio", pytest.param("http", marks=SDK_HTTP_LEFTOVERS)])
 def transport(request: pytest.FixtureRequest) -> str:
-    """The MCP transport a client-level test runs over: each such test runs on both (tests/_mcp_clients.py)."""
+    """The MCP transport a client-level test runs over: each such test runs on both (tests/_support/mcp_clients.py)."""
     value: str = request.param
     return value
 

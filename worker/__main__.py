@@ -1,10 +1,10 @@
-"""``python -m worker``: started by the xcsh-run host, never by hand (``--zygote S``: its fork server)."""
+"""``python -m xcsh_run.worker``: started by the xcsh-run host, never by hand (``--zygote S``: its fork server)."""
 
 import sys
 
 if sys.argv[1:2] == ["--zygote"]:
-    from worker._contain import set_undumpable
-    from worker._zygote import serve
+    from xcsh_run.worker._runtime import serve
+    from xcsh_run.worker._sandbox import set_undumpable
 
     # The zygote forks unsandboxed processes: no tool of the host's uid may
     # reach its memory or fds through /proc (an exec made it dumpable again).
@@ -12,6 +12,6 @@ if sys.argv[1:2] == ["--zygote"]:
 
     serve(int(sys.argv[2]))
 
-from worker._loop import main
+from xcsh_run.worker._runtime import main
 
 main()

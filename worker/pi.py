@@ -3,7 +3,7 @@
 A tool module defines ``factory(api)`` and returns one or more `CustomTool`:
 
 ```python
-from worker.pi import CustomTool, ToolAPI, ToolContext, AbortSignal
+from xcsh_run.pi import CustomTool, ToolAPI, ToolContext, AbortSignal
 
 def factory(api: ToolAPI) -> CustomTool:
     def execute(tool_call_id: str, params: dict, on_update, ctx: ToolContext, signal: AbortSignal) -> str:
@@ -45,14 +45,14 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import msgspec
 
-from ._requires import Requires
-from ._signal import AbortSignal, ToolCancelled
+from xcsh_run.worker._tool_api import AbortSignal, ToolCancelled
+from xcsh_run.worker.protocol import Requires
 
 if TYPE_CHECKING:
-    from ._api import ToolAPI as ToolAPI
-    from ._ctx import Ctx as ToolContext
-    from ._exec import ExecResult as ExecResult
-    from ._ui import UI as UI
+    from xcsh_run.worker._tool_api import UI as UI
+    from xcsh_run.worker._tool_api import Ctx as ToolContext
+    from xcsh_run.worker._tool_api import ExecResult as ExecResult
+    from xcsh_run.worker._tool_api import ToolAPI as ToolAPI
 
 __all__ = [
     "AbortSignal",
@@ -77,14 +77,14 @@ __all__ = [
 
 # The types of ``api``, ``api.ui``, ``ctx`` and ``api.exec``'s result live with
 # the worker's machinery (the host link, the protocol connection): they are
-# loaded on first access, so that importing ``worker.pi`` alone (a tool's own
+# loaded on first access, so that importing ``xcsh_run.pi`` alone (a tool's own
 # tests) does not load that machinery. Hidden from type checkers, which would
 # otherwise accept any misspelt name of this module.
 _LAZY: dict[str, tuple[str, str]] = {
-    "ToolAPI": ("._api", "ToolAPI"),
-    "UI": ("._ui", "UI"),
-    "ToolContext": ("._ctx", "Ctx"),
-    "ExecResult": ("._exec", "ExecResult"),
+    "ToolAPI": ("._tool_api.api", "ToolAPI"),
+    "UI": ("._tool_api.ui", "UI"),
+    "ToolContext": ("._tool_api.ctx", "Ctx"),
+    "ExecResult": ("._tool_api.exec", "ExecResult"),
 }
 
 if not TYPE_CHECKING:
@@ -92,7 +92,7 @@ if not TYPE_CHECKING:
     def __getattr__(name: str) -> Any:
         where = _LAZY.get(name)
         if where is None:
-            raise AttributeError(f"module 'worker.pi' has no attribute {name!r}")
+            raise AttributeError(f"module 'xcsh_run.pi' has no attribute {name!r}")
         import importlib
 
         value = getattr(importlib.import_module(where[0], __package__), where[1])

@@ -19,7 +19,7 @@ import psutil
 import trio
 
 from bench._stats import now_us
-from runner import Runner, SandboxPolicy, open_runner
+from xcsh_run import Runner, SandboxPolicy, open_runner
 
 TOOLS = Path(__file__).resolve().parent.parent / "tools"
 ECHO = str(TOOLS / "echo_tool.py")

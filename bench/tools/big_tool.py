@@ -2,7 +2,7 @@
 
 import functools
 
-from worker.pi import CustomTool
+from xcsh_run.pi import CustomTool
 
 
 @functools.cache

@@ -2,7 +2,7 @@
 
 import signal
 
-from worker.pi import CustomTool
+from xcsh_run.pi import CustomTool
 
 READY = {"content": [{"type": "text", "text": "running"}], "details": None}
 

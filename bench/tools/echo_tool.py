@@ -2,7 +2,7 @@
 
 import msgspec
 
-from worker.pi import CustomTool
+from xcsh_run.pi import CustomTool
 
 
 class EchoParams(msgspec.Struct, forbid_unknown_fields=True):

@@ -2,7 +2,7 @@
  * The tool API given to every factory of a Bun worker (the original's
  * `CustomToolAPI`): `cwd`, `exec`, `ui`, `hasUI`, `logger`, `typebox`, `pi`,
  * `pushPendingAction`. One object per worker, shared by every factory it loads
- * and kept in tools' closures, as the Python worker's `api` (worker/_api.py).
+ * and kept in tools' closures, as the Python worker's `api` (worker/_tool_api/api.py).
  * Everything that reaches the host goes through the HostLink seam.
  *
  * What differs from the original, and why:
@@ -51,7 +51,7 @@ import type { HostLink } from "./hostlink.ts";
 
 export const LOG_RECORDS_PER_CALL = 1000;
 export const LOG_CHARS_PER_CALL = 256 * 1024;
-// The host keeps pending previews, so it bounds them too (runner/_bridge.py
+// The host keeps pending previews, so it bounds them too (runner/_host/host_api.py
 // has the same numbers); refused here first, where the tool sees it.
 export const PENDING_MAX_BYTES = 1 << 20;
 export const PENDING_PER_WORKER = 16;

@@ -1,6 +1,6 @@
 /**
  * `api.exec`: run a program without a shell, killable as a whole tree (the
- * Python worker's `worker/_exec.py`, with the original's options).
+ * Python worker's `worker/_tool_api/exec.py`, with the original's options).
  *
  * - argv runs directly (no shell); the program is found on PATH when it has no slash.
  * - Each program starts in a new session (`detached: true` is setsid()), so a

@@ -2,7 +2,7 @@
  * Frames and messages of docs/protocol.md, sections 2 and 3: a 4-byte big-endian
  * length, then that many bytes of UTF-8 JSON holding one JSON-RPC 2.0 message.
  *
- * The decoder is bounded and total (as worker/_frames.py): fed any bytes it yields
+ * The decoder is bounded and total (as worker/protocol/frames.py): fed any bytes it yields
  * messages or throws ProtocolError, and once it has thrown it stays failed, since
  * a stream that carried garbage cannot be trusted again.
  */
@@ -78,7 +78,7 @@ export function isObject(value: unknown): value is Record<string, unknown> {
   return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
-/** One decoded body as a message, or ProtocolError (the rules of worker/_messages.py `_classify`). */
+/** One decoded body as a message, or ProtocolError (the rules of worker/protocol/messages.py `_classify`). */
 export function classify(env: unknown): Message {
   if (!isObject(env)) throw new ProtocolError(`frame is not a JSON-RPC message: Expected \`object\`, got \`${typeName(env)}\``);
   for (const key of Object.keys(env)) {

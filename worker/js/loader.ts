@@ -1,7 +1,7 @@
 /**
  * `load`: import one module the way the original loader does (`default ?? module`
  * must be a function; `await factory(api)` may give a tool, an array of tools or a
- * promise of either), then check every entry as worker/_tools.py `describe_tool`
+ * promise of either), then check every entry as worker/_runtime/tool_module.py `describe_tool`
  * checks a Python tool. A bad entry is an entry error; its siblings still load.
  */
 import * as fs from "node:fs";
@@ -177,7 +177,7 @@ export function describeTool(entry: unknown): LoadedTool {
 
 const NEEDS = ["programs", "read", "write", "network"];
 
-/** What the tool needs under `strict` (shown to the user, never granted by itself), as worker/_requires.py checks it. */
+/** What the tool needs under `strict` (shown to the user, never granted by itself), as worker/protocol/requires.py checks it. */
 function requires(value: unknown, tool: string): Record<string, string[]> {
   const keys = "keys: programs, read, write, network, or paths.read and paths.write";
   if (typeof value !== "object" || value === null || Array.isArray(value)) {

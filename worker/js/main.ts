@@ -1,6 +1,6 @@
 /**
  * The JavaScript worker (docs/protocol.md), run by Bun once the Python launch step
- * (worker/_handoff.py) has checked the host's `initialize`, entered the boundary
+ * (worker/_runtime/handoff.py) has checked the host's `initialize`, entered the boundary
  * and applied the sandbox, and exec'd Bun in its place with the handoff in
  * XCSH_WORKER_INIT. This side answers `initialize` and serves everything after it.
  *

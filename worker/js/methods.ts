@@ -1,5 +1,5 @@
 /**
- * The method table of docs/protocol.md as the worker sees it (worker/_methods.py):
+ * The method table of docs/protocol.md as the worker sees it (worker/protocol/methods.py):
  * which requests and notifications the host may send, in which states, and the
  * shape of their params. A request that does not fit is refused without `data`
  * (-32601, -32600, -32602); a host notification whose params do not fit is a

@@ -1,6 +1,6 @@
 /**
  * Results: what a tool returns (or passes to onUpdate) as a CallResult, content
- * blocks checked as worker/_content.py checks them (MCP's shapes, unknown keys
+ * blocks checked as worker/_runtime/content.py checks them (MCP's shapes, unknown keys
  * dropped, messages naming the block, the field and the fix), and the evidence a
  * `tool_error` carries about the exception behind it (docs/protocol.md, section 6).
  */
@@ -287,7 +287,7 @@ export function evidence(exc: unknown, expected: unknown[], toolRoot: string | n
   };
 }
 
-/** Which sandbox limit an uncaught error comes from, if any (as worker/_calls.py `_limit_hit`). */
+/** Which sandbox limit an uncaught error comes from, if any (as worker/_runtime/tool_call.py `_limit_hit`). */
 export function limitHit(exc: unknown): string | null {
   if (exc instanceof RangeError && /out of memory/i.test(exc.message)) return "memory";
   const code = (exc as { code?: unknown } | null)?.code;

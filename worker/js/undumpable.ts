@@ -1,7 +1,7 @@
 /**
  * PR_SET_DUMPABLE 0 for the Bun worker. The Python step made the worker
  * non-dumpable before it applied the sandbox, but execve resets the flag
- * (worker/_contain.py): without this, another process of the same uid could
+ * (worker/_sandbox/contain.py): without this, another process of the same uid could
  * read this one's memory and environment through /proc or ptrace, or open
  * its protocol fds through /proc/<pid>/fd and forge frames to the host.
  * Between Bun's exec and this call no tool code has run: the window holds

@@ -1,0 +1,117 @@
+"""The ``xcsh-run`` typer application and how every command runs its trio body.
+
+The commands register themselves on :data:`app`: ``_cli`` has ``run``,
+``list``, ``describe`` and the entry point; ``_cli_batch`` batch; ``_cli_commands`` serve and fuzz;
+``_cli_new``, ``_cli_doctor`` and ``_cli_bun`` one each. ``--version`` is the app's own.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Awaitable, Callable
+from typing import Annotated, TypeVar
+
+import trio
+import typer
+
+from xcsh_run._cli.complete import CompletingGroup
+from xcsh_run._cli.options import ExitCode, fail
+from xcsh_run._errors import RunnerError
+from xcsh_run._host import Signals, watching_signals
+from xcsh_run._version import __version__
+
+T = TypeVar("T")
+
+HELP = """Run LLM-agent custom tools in isolated, killable worker processes.
+
+\b
+  xcsh-run TOOL --args '{"key": "value"}'   run one tool (same as: xcsh-run run TOOL ...)
+  xcsh-run TOOL --key value                 the same, with the tool's own flags
+  xcsh-run TOOL --help                      the tool's description and flags
+  xcsh-run list                             tools found, and modules that failed to load
+  xcsh-run describe TOOL                    a tool's JSON Schema and flags
+  xcsh-run batch TOOL --input args.jsonl    one call per line, several at once; JSON result lines
+  xcsh-run fuzz TOOL                        fuzz a tool with arguments generated from its schema
+  xcsh-run new NAME                         a new tool, with a test, in .xcsh/tools
+  xcsh-run doctor                           what this machine's sandbox can enforce
+  xcsh-run install-bun                      Bun, for .ts/.js/.mjs tools (or bun on PATH)
+Every command takes --cwd DIR (as if started in DIR).
+
+\b
+Tools are found, in this order of precedence, in:
+  <root>/.xcsh/tools, ~/.xcsh/agent/tools     (native: project, then user)
+  ~/.claude/tools, <root>/.claude/tools       (Claude: user, then project)
+  <installPath>/tools of Claude marketplace plugins (installed_plugins.json registries)
+  ~/.codex/tools, <root>/.codex/tools         (Codex: user, then project)
+  installed packages with `xcsh.tools` entry points (here, and in ~/.xcsh/plugins)
+  every --tools PATH
+<root> is the nearest folder up from here with .xcsh/, else with .git, else here (`xcsh-run list` shows it).
+What each module defines is cached in ~/.cache/xcsh-run, so unchanged modules are not imported again.
+
+\b
+Exit codes of a run:
+    0  success
+    1  the result is an error (tool_error, crashed, load_error, ...)
+    2  usage error: bad flags, malformed --args, invalid arguments, unknown tool
+   75  busy: the call waited past the queue deadline and never started; retry later
+  124  timeout
+  130  cancelled (Ctrl-C or SIGTERM; the worker's whole tree is stopped first)
+"""
+
+app = typer.Typer(
+    help=HELP,
+    cls=CompletingGroup,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"xcsh-run {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", help="Print the version and exit.", is_eager=True, callback=_print_version)
+    ] = False,
+) -> None:
+    pass
+
+
+def _exit_cancelled(sig: signal.Signals) -> int:
+    return int(ExitCode.CANCELLED)
+
+
+def run_main(
+    body: Callable[[Signals], Awaitable[T]], exit_code: Callable[[signal.Signals], int] = _exit_cancelled
+) -> T:
+    """``trio.run(body)`` with SIGINT and SIGTERM handled from its first step; the usual errors become exits.
+
+    A signal that stopped ``body`` exits with ``exit_code(signal)`` (130 by
+    default) and one line on stderr, once every worker is gone. A
+    ``RunnerError`` is a usage error (exit 2).
+    """
+    done: list[T] = []
+    handled: list[Signals] = []
+
+    async def main() -> None:
+        async with watching_signals() as signals:
+            handled.append(signals)
+            done.append(await body(signals))
+
+    try:
+        trio.run(main)
+    except RunnerError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        # Ctrl-C before the receiver was installed or after it was closed: no
+        # worker exists at either point, only trio's own SIGINT handling.
+        fail("interrupted by SIGINT", ExitCode.CANCELLED)
+    if not done:
+        sig = (handled[0].received if handled else None) or signal.SIGINT
+        fail(f"interrupted by {sig.name}", exit_code(sig))
+    return done[0]

@@ -1,0 +1,306 @@
+"""The ``xcsh-run`` command: a thin layer over the public API.
+
+``xcsh-run TOOL --args JSON`` is shorthand for ``xcsh-run run TOOL --args JSON``:
+a first argument that is not a command name or an option is taken as a tool
+name. A tool that shares a command's name is reached through ``run``.
+
+The options, exit codes and argument parsing are in ``_cli_options``; what
+the commands print, in ``_cli_output``; SIGINT and SIGTERM, in ``_signals``;
+the app and the trio runner of every command, in ``_cli_app``; a tool's own
+flags and help, in ``_cli_fields``; completion, in ``_cli_complete``; serve
+and fuzz, in ``_cli_commands``; new, doctor and install-bun, in a module each.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+from typing import Annotated, Any, NoReturn
+
+import typer
+
+from xcsh_run._cli.app import app
+from xcsh_run._cli.app import run_main as _run
+from xcsh_run._cli.complete import complete_tool
+from xcsh_run._cli.options import (
+    EXIT_BY_KIND,
+    CwdOpt,
+    ExitCode,
+    GraceOpt,
+    JsonOpt,
+    LoadTimeoutOpt,
+    LogFileOpt,
+    TimeoutOpt,
+    ToolsOpt,
+    VerboseOpt,
+    check_seconds,
+    fail,
+    parse_arguments,
+    with_sandbox_options,
+)
+from xcsh_run._cli.output import Status, emit_ndjson, print_text, requires_text, source_label, suggest_command, warn
+from xcsh_run._cli.tool_flags import lookup_tool, tool_flags
+from xcsh_run._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT
+from xcsh_run._discovery import project_root, show_builds_on_stderr
+from xcsh_run._host import CallStopper, Signals, open_runner
+from xcsh_run._results import ToolResult
+from xcsh_run._safe_text import json_text, visible
+from xcsh_run._sandbox import SandboxPolicy
+from xcsh_run._terminal import TerminalUI, configure_log_file
+from xcsh_run.fuzz import COMMANDS
+
+
+@app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@with_sandbox_options
+def run_command(
+    ctx: typer.Context,
+    tool: Annotated[str, typer.Argument(help="The tool's name.", autocompletion=complete_tool)],
+    args: Annotated[str | None, typer.Option("--args", help="Arguments as one JSON object; '-' reads stdin.")] = None,
+    args_file: Annotated[
+        str | None, typer.Option("--args-file", help="Read the JSON arguments from a file; '-' is stdin.")
+    ] = None,
+    timeout: TimeoutOpt = None,
+    grace: GraceOpt = DEFAULT_GRACE,
+    as_json: JsonOpt = False,
+    stream: Annotated[
+        bool,
+        typer.Option("--stream", help="Print NDJSON on stdout: one line per partial result, then the final result."),
+    ] = False,
+    tools: ToolsOpt = None,
+    load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT,
+    log_file: LogFileOpt = None,
+    verbose: VerboseOpt = 0,
+    resolve: Annotated[
+        str,
+        typer.Option(
+            "--resolve",
+            help="What to do with previews the tool left for `resolve`: apply, discard, or ask "
+            "(on a terminal; discard otherwise).",
+        ),
+    ] = "ask",
+    cwd: CwdOpt = None,
+    show_tool_help: Annotated[bool, typer.Option("--xcsh-run-tool-help", hidden=True)] = False,
+    *,
+    sandbox: SandboxPolicy,
+) -> None:
+    """Run one tool call and print its result.
+
+    The tool's own flags (`xcsh-run TOOL --help` lists them) may stand beside
+    --args; given both ways, the flag wins.
+    """
+    if resolve not in ("ask", "apply", "discard"):
+        fail(f"--resolve must be ask, apply or discard, got {resolve!r}")
+    arguments = parse_arguments(args, args_file, as_json)
+    # Before the tool's flags are read: that discovery's records belong in the log too.
+    configure_log_file(log_file, verbose=verbose)
+    if ctx.args or show_tool_help:
+        arguments |= tool_flags(ctx, tool, tools or (), load_timeout, sandbox, as_json=as_json, help=show_tool_help)
+    # A person at the terminal answers the tool's UI prompts (unless stdin carried the arguments).
+    interactive = sys.stdin.isatty() and sys.stderr.isatty() and "-" not in (args, args_file)
+    check_seconds(timeout=timeout, grace=grace, load_timeout=load_timeout)
+    status = Status() if not (stream or as_json) else None
+
+    def on_update(partial: dict[str, Any]) -> None:
+        if stream:
+            emit_ndjson("update", partial)
+        elif status is not None:
+            status.update(partial)
+
+    async def main(signals: Signals) -> tuple[ToolResult, str | None]:
+        call_id = f"cli-{os.urandom(4).hex()}"  # unique per run: tells runs apart in the log file
+        try:
+            # wanted_tool: a module later in precedence than the one defining
+            # the tool cannot change which tool runs, so it is not waited for.
+            async with open_runner(
+                tools or (), grace=grace, load_timeout=load_timeout, sandbox=sandbox, wanted_tool=tool,
+                discover_sources=True,
+            ) as runner:  # fmt: skip
+                warn(runner.warnings)
+                if interactive:
+                    runner.set_ui_context(TerminalUI(status.clear if status is not None else None))
+
+                # A signal during the call cancels the call, not the command, so that its
+                # own `cancelled` result is still printed; a second one kills it now.
+                stop = CallStopper(runner.cancel, call_id, tool, grace, status.clear if status is not None else None)
+                with signals.handled_by(stop):
+                    # The call goes through the cancellation ladder; this process
+                    # exits only once the worker's whole tree is gone.
+                    result = await runner.call_tool(
+                        tool, arguments, on_update=on_update, timeout=timeout, tool_call_id=call_id
+                    )
+                # This process ends with the call, and so do the previews' workers:
+                # settle them now, newest first, as `resolve` would.
+                for preview in reversed(runner.pending_actions()):
+                    action = resolve
+                    if action == "ask":
+                        ok = interactive and await TerminalUI(None).confirm("resolve", f"apply: {preview['label']}?")
+                        action = "apply" if ok else "discard"
+                    settled = await runner.call_tool("resolve", {"action": action, "reason": "xcsh-run --resolve"})
+                    typer.echo(f"xcsh-run: resolve ({action}): {visible(settled.text)}", err=True)
+                rendered = None
+                info = runner.get_tool(tool)
+                if status is not None and not result.is_error and info is not None and info.has_render_result:
+                    # The tool's own rendering, for people; --json and --stream stay raw.
+                    rendered = await runner.render_result(tool, result, {"expanded": True}, args=arguments)
+                return result, rendered
+        finally:
+            # Before anything else is printed, e.g. why the command was interrupted.
+            if status is not None:
+                status.clear()
+
+    result, rendered = _run(main)
+    if stream:
+        emit_ndjson("result", result.to_json())
+    elif as_json:
+        typer.echo(json_text(result.to_json()))
+    elif rendered is not None:
+        typer.echo(visible(rendered))
+    else:
+        print_text(result)
+    if result.kind == "not_found":
+        suggest_command(tool)
+    raise typer.Exit(int(EXIT_BY_KIND.get(result.kind, ExitCode.TOOL_ERROR)))
+
+
+def _load(
+    tools: list[str] | None, load_timeout: float, sandbox: SandboxPolicy | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+    import msgspec
+
+    async def main(_: Signals) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+        # No tool is called: a spare worker would be started only to be stopped.
+        async with open_runner(
+            tools or (), load_timeout=load_timeout, sandbox=sandbox, spare_workers=0, discover_sources=True
+        ) as runner:
+            unenforced = [f"sandbox {runner.sandbox.level!r} not fully enforced: {u}" for u in runner.unenforced]
+            return msgspec.to_builtins(runner.tools), msgspec.to_builtins(runner.errors), runner.warnings + unenforced
+
+    return _run(main)
+
+
+@app.command("list")
+@with_sandbox_options
+def list_command(
+    tools: ToolsOpt = None,
+    as_json: JsonOpt = False,
+    load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT,
+    log_file: LogFileOpt = None,
+    verbose: VerboseOpt = 0,
+    cwd: CwdOpt = None,
+    *,
+    sandbox: SandboxPolicy,
+) -> None:
+    """Show every tool found (name, label, source, path) and every module that failed to load, with why."""
+    configure_log_file(log_file, verbose=verbose)
+    found, errors, warnings = _load(tools, load_timeout, sandbox)
+    warn(warnings)
+    if as_json:
+        typer.echo(json_text({"tools": found, "errors": errors, "warnings": warnings}, indent=2))
+        return
+    cwd = os.getcwd()
+    typer.echo(f"Project root: {project_root(cwd)}")
+
+    def rel(path: str) -> str:
+        return os.path.relpath(path, cwd) if path.startswith(cwd + os.sep) else path
+
+    if found:
+        typer.echo("Tools:")
+        width = max(len(t["name"]) for t in found)
+        label_width = max(len(t["label"]) for t in found)
+        for t in found:
+            flag = " (hidden)" if t["hidden"] else ""
+            line = f"  {t['name']:<{width}}  {t['label']:<{label_width}}  [{source_label(t)}] {rel(t['module'])}{flag}"
+            typer.echo(visible(line))
+            if needs := requires_text(t.get("requires")):
+                typer.echo(visible(f"  {'':<{width}}  {needs}"))
+    else:
+        typer.echo("No tools found (see `xcsh-run --help` for where tools are looked for).")
+    failed = [e for e in errors if not e.get("shadowed_by")]
+    shadowed = [e for e in errors if e.get("shadowed_by")]
+    if failed:
+        typer.echo("\nFailed to load:")
+        for e in failed:
+            message = e["message"].removeprefix(e["path"] + ": ")
+            typer.echo(visible(f"  {rel(e['path'])} [{source_label(e)}]: {message}"))
+    if shadowed:
+        typer.echo("\nShadowed (not loaded):")
+        for e in shadowed:
+            typer.echo(visible(f"  {rel(e['path'])} [{source_label(e)}]: by {rel(e['shadowed_by'])}"))
+
+
+@app.command("describe")
+def describe_command(
+    tool: Annotated[str, typer.Argument(help="The tool's name.", autocompletion=complete_tool)],
+    tools: ToolsOpt = None,
+    load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT,
+    cwd: CwdOpt = None,
+) -> None:
+    """Print a tool's JSON Schema and flags as JSON."""
+    info, warnings = lookup_tool(tool, tools or (), load_timeout, SandboxPolicy())
+    warn(warnings)
+    if info is None:
+        fail(f"no tool named {tool!r}; `xcsh-run list` shows the tools found")
+    typer.echo(json_text(info, indent=2))
+
+
+# The other commands register themselves on the app, after these three (the order `--help` lists).
+from xcsh_run._cli import new as _cli_new  # noqa: E402, F401
+
+
+def _with_default_command(argv: list[str]) -> list[str]:
+    if argv and argv[0] not in COMMANDS and not argv[0].startswith("-"):
+        argv = ["run", *argv]
+    if argv[:1] == ["run"] and len(argv) > 1 and not argv[1].startswith("-") and "--help" in argv:
+        # `xcsh-run TOOL --help` is the tool's help: its flags need its schema,
+        # which only the command itself (after --cwd and --tools) can look up.
+        argv = [arg if arg != "--help" else "--xcsh-run-tool-help" for arg in argv]
+    return argv
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point; with ``argv`` None (the ``xcsh-run`` script), the process ends here."""
+    if argv is not None:
+        _main(argv)
+        return
+    try:
+        _main(sys.argv[1:])
+    except SystemExit as exc:
+        _exit_now(exc.code)
+    _exit_now(0)
+
+
+def _main(argv: list[str]) -> None:
+    show_builds_on_stderr()  # a tool's first run may build its environment: say so while it happens
+    try:
+        app(args=_with_default_command(argv), prog_name="xcsh-run")
+    except KeyboardInterrupt:
+        # A Ctrl-C before any command started (typer turns one inside a
+        # command into a silent exit 130): no worker exists yet.
+        typer.echo("xcsh-run: interrupted by SIGINT", err=True)
+        raise SystemExit(int(ExitCode.CANCELLED))
+
+
+def _exit_now(code: object) -> NoReturn:
+    """Exit as ``sys.exit(code)`` would, without tearing the interpreter down.
+
+    Every worker is gone and the output is written by now: what is left of a
+    normal exit is freeing every object and module one by one, a tenth of a
+    second of a cold command. The atexit handlers still run (they close the
+    log file), and the streams are flushed, a failure of which exits 120 as
+    Python's own exit does.
+    """
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code
+    else:
+        print(code, file=sys.stderr)
+        status = 1
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (`xcsh-run list | head -1`), a closed stream
+            status = status or 120
+    os._exit(status)

@@ -1,0 +1,126 @@
+"""Where other threads hand work to the runner's trio thread: :class:`Portal` and its :class:`Job`.
+
+Calls and session events are *submitted* to that thread (``run_sync_soon``,
+thread-safe and immediate) and run there as tasks of a nursery that outlives
+the runner; their outcome comes back through a :class:`concurrent.futures.Future`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import itertools
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, Generic, TypeVar
+
+import trio
+
+from xcsh_run._errors import ConfigError
+from xcsh_run._host import Runner
+
+T = TypeVar("T")
+# Call ids for calls submitted without one: unique across the blocking and asyncio faces.
+ids: Final = itertools.count(1)
+_log = logging.getLogger("xcsh_run")
+
+CLOSED: Final = "this runner is closed; open a new one"
+
+
+class Job(Generic[T]):
+    """One coroutine run on the runner's thread for another thread, with a sticky cancel.
+
+    ``future`` and :meth:`cancel` are for any thread; everything else runs on
+    the runner's thread, so the state below needs no lock.
+    """
+
+    def __init__(self, portal: Portal, fn: Callable[[], Awaitable[T]], call_id: str | None) -> None:
+        self.future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._portal = portal
+        self._fn = fn
+        self._call_id = call_id
+        self._scope = trio.CancelScope()
+        self._reason: str | None = None
+        self._state = "new"  # -> "running" (fn entered) -> "done" (future settled)
+
+    def cancel(self, reason: str) -> None:
+        """Cancel the job from any thread, whether it has started, is running or has ended."""
+        # A run that has finished has settled every job (its nursery waited
+        # for them, and callbacks accepted before the end still run).
+        with contextlib.suppress(trio.RunFinishedError):
+            self._portal.token.run_sync_soon(self._cancel, reason)
+
+    def _cancel(self, reason: str) -> None:
+        if self._reason is None:
+            self._reason = reason  # sticky: a job that has not started yet never starts
+        if self._state == "done":
+            return
+        # Once fn is entered, a call registers itself before its first
+        # checkpoint, so from here on the runner knows the id: cancelling
+        # through it runs the ladder and ends with a `cancelled` result. (Only
+        # a running job is asked: before it, the id may be another call's.)
+        call_id = self._call_id if self._state == "running" else None
+        if call_id is not None and self._portal.runner.cancel(call_id, reason):
+            return
+        self._scope.cancel()
+
+    async def run(self) -> None:
+        try:
+            if self._reason is not None:
+                return  # cancelled before it started: fn never runs
+            self._state = "running"
+            with self._scope:
+                try:
+                    value = await self._fn()
+                except Exception as exc:
+                    self._settle(self.future.set_exception, exc)
+                else:
+                    self._settle(self.future.set_result, value)
+        finally:
+            if self._state != "done":  # cancelled: no outcome
+                self._settle(self.future.cancel)
+
+    def fail(self, error: BaseException) -> None:
+        self._settle(self.future.set_exception, error)
+
+    def _settle(self, how: Callable[..., object], *args: Any) -> None:
+        self._state = "done"
+        try:
+            how(*args)  # runs the waiters' done-callbacks, here on the runner's thread
+        except Exception:  # nothing a waiter does may take the runner's thread down
+            _log.exception("settling a submitted call failed")
+
+
+class Portal:
+    """Where other threads submit jobs: a nursery in the runner's thread that outlives the runner.
+
+    Outliving it gives closing its natural order: the runner's ``aclose``
+    cancels every running call through its ladder, a job that starts during
+    it gets the runner's ``ConfigError``, and after it the nursery waits for
+    the last jobs before the thread ends.
+    """
+
+    def __init__(self, nursery: trio.Nursery) -> None:
+        self.token = trio.lowlevel.current_trio_token()
+        self.thread = threading.get_ident()
+        self.runner: Runner  # set once open_runner has yielded it
+        self._nursery = nursery
+        self._closed = False
+
+    def submit(self, job: Job[Any]) -> None:
+        """From any thread; raises ConfigError once the runner's thread has ended."""
+        try:
+            self.token.run_sync_soon(self._start, job)
+        except trio.RunFinishedError:
+            raise ConfigError(CLOSED) from None
+
+    def _start(self, job: Job[Any]) -> None:
+        if self._closed:
+            job.fail(ConfigError(CLOSED))
+        else:
+            self._nursery.start_soon(job.run)
+
+    def close(self) -> None:
+        """No new job starts; ones submitted from now on fail at once."""
+        self._closed = True

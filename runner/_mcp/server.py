@@ -1,0 +1,268 @@
+"""What every MCP session shares: the runners and their reloads, a call's options, the server's lifecycle.
+
+One :class:`ToolServer` serves any number of client sessions (one over
+stdio; one per ``Mcp-Session-Id`` over Streamable HTTP). A session keeps its
+own protocol books (a sans-io ``Connection``, the negotiated revision, its
+requests in flight) and its own ways of sending (:class:`Outbox`); the tools,
+the workers and the calls' settings are the server's.
+
+Rules:
+
+1. The transport's main loop (reading stdin, accepting HTTP connections) runs
+   inside :meth:`ToolServer.run`, under a scope that :meth:`ToolServer.stop`
+   cancels: a signal, a broken output or the end of input stop the server the
+   same way.
+2. Every session's requests run in the server's one request nursery, which
+   outlives the main loop: once it ends, every session winds down (its calls
+   go through the runner's ladder, quick requests are still answered) and
+   the nursery is given a bounded time (the ladder, a load, 2 s) before what
+   is left is cancelled outright.
+3. The runners outlive the requests (they live in the outer nursery), and
+   :meth:`ToolServer.run` returns only once every worker of every runner is
+   gone.
+4. A session that ends on its own (an HTTP ``DELETE``) winds down the same
+   way, alone: the server and the other sessions keep serving.
+5. What every session is shown changes in one place: a reload, or the
+   pending actions of the serving runner going from none to some or back,
+   which shows or hides ``resolve`` (checked after every call, since only a
+   call adds or resolves one); every initialized session is told
+   ``tools/list_changed`` when its listing changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Final, Protocol
+
+import msgspec
+import trio
+
+from xcsh_run._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT, DEFAULT_QUEUE_TIMEOUT, check_seconds
+from xcsh_run._discovery import BUILTIN_MODULE, ToolInfo
+from xcsh_run._host import Runner, watching_signals
+from xcsh_run._mcp.call_link import CallLinks
+from xcsh_run._mcp.reload import Runners
+from xcsh_run._sandbox import SandboxPolicy
+from xcsh_run._terminal import SafeFormatter
+
+logger = logging.getLogger("xcsh_run.mcp")
+
+DEFAULT_POLL_INTERVAL: Final = 1.0
+# Beyond the ladder and a load's time, what a winding-down request may take.
+_WIND_DOWN_SLACK: Final = 2.0
+
+
+class Outbox(Protocol):
+    """Where encoded messages to one client go, in order.
+
+    A session has one for what the server says on its own (notifications
+    such as ``tools/list_changed``); each request has one for what belongs to
+    it (its progress, then its response). Over stdio both are the output
+    stream; over HTTP a request's is the SSE stream (or JSON body) of the
+    ``POST`` that carried it, and the session's is its ``GET`` stream.
+    """
+
+    @property
+    def carries_requests(self) -> bool:
+        """Whether a request of the server's (a prompt, a sample) can reach the client this way."""
+        ...
+
+    async def send(self, data: bytes) -> None:
+        """Queue one encoded JSON-RPC message; may wait (backpressure), never raises for a gone client."""
+        ...
+
+    def end(self) -> None:
+        """Nothing more will be sent (the request was answered, or will not be)."""
+        ...
+
+
+class Session(Protocol):
+    """What the server asks of a session."""
+
+    async def tools_changed(self, before: list[ToolInfo], after: list[ToolInfo]) -> None: ...
+
+    def wind_down(self, why: str, deadline: float) -> None: ...
+
+    @property
+    def can_elicit(self) -> bool | None:
+        """Whether its client takes prompts (``elicitation``); None until it is initialized."""
+        ...
+
+
+class ToolServer:
+    """The discovered tools and those of ``tool_paths`` (as ``xcsh-run serve``), for every session.
+
+    Args:
+        tool_paths: tool files or folders, like the CLI's ``--tools``.
+        cwd: the working directory tools see; default: the current one.
+        timeout: seconds per call, a ceiling (a tool's own shorter timeout still applies); None: the default.
+        grace: seconds between SIGTERM and the tree kill in the ladder.
+        load_timeout: CPU seconds a module's worker may use to load it (``RunnerConfig.load_timeout``).
+        poll_interval: seconds between checks of the tool files for changes.
+        max_workers: calls running at once; more wait their turn (see ``RunnerConfig``).
+        queue_timeout: seconds a call may wait for its turn before it ends
+            ``busy``; the call's own timeout starts when it leaves the queue.
+    """
+
+    def __init__(
+        self,
+        tool_paths: Sequence[str] = (),
+        *,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        grace: float = DEFAULT_GRACE,
+        load_timeout: float = DEFAULT_LOAD_TIMEOUT,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        sandbox: SandboxPolicy | None = None,
+        max_workers: int | None = None,
+        queue_timeout: float | None = DEFAULT_QUEUE_TIMEOUT,
+    ) -> None:
+        for label, value in (("timeout", timeout), ("poll_interval", poll_interval), ("queue_timeout", queue_timeout)):
+            if value is not None:
+                check_seconds(label, value)
+        self.timeout = timeout
+        self.grace = grace
+        self.load_timeout = load_timeout
+        self.runners = Runners(
+            tool_paths,
+            cwd=os.path.abspath(cwd if cwd is not None else os.getcwd()),
+            grace=grace,
+            load_timeout=load_timeout,
+            sandbox=sandbox,
+            poll_interval=poll_interval,
+            on_reloaded=self._on_reloaded,
+            options={"max_workers": max_workers, "queue_timeout": queue_timeout},
+            prepare=self._prepare,
+        )
+        self.links = CallLinks()  # the MCP calls in flight, for their log records and prompts
+        self._has_ui = False
+        self._resolve_listed = False
+        self.sessions: set[Session] = set()
+        self.closing: str | None = None  # why the server is stopping, once it is
+        self.stopped_by: signal.Signals | None = None
+        self._requests: trio.Nursery | None = None
+        self._main_scope = trio.CancelScope()
+
+    # --- lifecycle -------------------------------------------------------------
+
+    async def run(
+        self, main: Callable[[trio.Nursery], Awaitable[None]], *, ended: str, handle_signals: bool = False
+    ) -> None:
+        """Run the transport's ``main(requests)`` with the tools up; then wind everything down (rules 1-3).
+
+        ``ended`` is why the server stops when ``main`` returns by itself.
+        With ``handle_signals``, SIGTERM and SIGINT stop it too (and set
+        :attr:`stopped_by`).
+        """
+        if not handle_signals:
+            await self._run(main, ended)
+            return
+        async with watching_signals() as signals:
+            with signals.handled_by(self._on_signal):
+                await self._run(main, ended)
+
+    async def _run(self, main: Callable[[trio.Nursery], Awaitable[None]], ended: str) -> None:
+        async with trio.open_nursery() as outer:
+            # Runners live in `outer`: they outlast the calls made on them.
+            outer.start_soon(self.runners.run, outer)
+            async with trio.open_nursery() as requests:
+                self._requests = requests
+                with self._main_scope:
+                    await main(requests)
+                    if self.closing is None:
+                        self.closing = ended
+                self._wind_down(requests)
+            self.runners.retire_all()
+
+    def start_request(self, handler: Callable[[], Awaitable[None]]) -> None:
+        """Run one request's task in the server's request nursery (rule 2)."""
+        assert self._requests is not None, "requests arrive only while the server runs"
+        self._requests.start_soon(handler)
+
+    def stop(self, why: str) -> None:
+        """Stop serving (rule 1); idempotent."""
+        if self.closing is None:
+            self.closing = why
+            logger.info("stopping: %s", why)
+        self._main_scope.cancel()
+
+    def wind_down_deadline(self) -> float:
+        return trio.current_time() + self.grace + self.load_timeout + _WIND_DOWN_SLACK
+
+    def _wind_down(self, requests: trio.Nursery) -> None:
+        # No more (re)loads; requests waiting for one are let through, to find `closing` set.
+        self.runners.stop()
+        deadline = self.wind_down_deadline()
+        for session in list(self.sessions):
+            session.wind_down(f"the MCP server is shutting down: {self.closing}", deadline)
+        requests.cancel_scope.deadline = deadline
+
+    def _on_signal(self, sig: signal.Signals) -> bool:
+        self.stopped_by = sig
+        self.stop(f"received {sig.name}")
+        return True  # taken: the server winds its calls down itself
+
+    # --- what sessions are shown and asked ----------------------------------------
+
+    def listed_tools(self) -> list[ToolInfo]:
+        """The tools as ``tools/list`` shows them: ``resolve`` only while pending actions wait for it."""
+        return _with_resolve(self.runners.tools, self._resolve_listed)
+
+    async def pending_changed(self) -> None:
+        """After a call: show or hide ``resolve`` if the serving runner's pending actions came or went (rule 5)."""
+        runner = self.runners.serving
+        listed = runner is not None and bool(runner.pending_actions())
+        if listed != self._resolve_listed:
+            tools = self.runners.tools
+            self._resolve_listed = listed
+            await self._tell_sessions(_with_resolve(tools, not listed), _with_resolve(tools, listed))
+
+    def sync_ui(self) -> None:
+        """Tools may prompt (``has_ui``) while every initialized session's client takes prompts.
+
+        Called when a session is initialized or closed.
+        """
+        answers = [s.can_elicit for s in self.sessions if s.can_elicit is not None]
+        has_ui = bool(answers) and all(answers)
+        if has_ui != self._has_ui:
+            self._has_ui = has_ui
+            for runner in self.runners.live():
+                runner.set_ui_context(self.links.ui, has_ui)
+
+    def _prepare(self, runner: Runner) -> None:
+        self.links.attach(runner, self._has_ui)
+
+    async def _on_reloaded(self, before: list[ToolInfo], after: list[ToolInfo]) -> None:
+        # A new runner has no pending action (those of the old one are lost with it).
+        was_listed, self._resolve_listed = self._resolve_listed, False
+        await self._tell_sessions(_with_resolve(before, was_listed), after)
+
+    async def _tell_sessions(self, before: list[ToolInfo], after: list[ToolInfo]) -> None:
+        for session in list(self.sessions):
+            await session.tools_changed(before, after)
+
+
+def _with_resolve(tools: list[ToolInfo], listed: bool) -> list[ToolInfo]:
+    """``tools`` with the built-in ``resolve`` shown (it is ``hidden`` otherwise), when ``listed``."""
+    if not listed:
+        return tools
+    return [msgspec.structs.replace(t, hidden=False) if t.module == BUILTIN_MODULE else t for t in tools]
+
+
+def configure_logging() -> None:
+    """The server's own log on stderr: what it does, not what tools print (that is the workers' business)."""
+    if not logging.getLogger().handlers:
+        # A tool's records propagate here: neutralised, as on every terminal the host writes to.
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(SafeFormatter("xcsh-run serve: %(message)s"))
+        logging.basicConfig(level=logging.WARNING, handlers=[handler])
+    host = logging.getLogger("xcsh_run")
+    if host.propagate or not host.level or host.level > logging.INFO:  # `serve -vv` logs DEBUG on its own handler
+        host.setLevel(logging.INFO)
+    output = logging.getLogger("xcsh_run.output")  # what tools print: only with -v (xcsh_run._process.output)
+    if not output.level:
+        output.setLevel(logging.WARNING)

@@ -1,0 +1,174 @@
+"""Load: many `xcsh-run` CLI processes at once, sharing one initially empty cache.
+
+Each round starts ``PROCESSES`` CLIs together, each calling ``add`` from a tools
+folder, with one ``XDG_CACHE_HOME`` for all (the first round finds it empty:
+every process probes, imports and writes the cache at the same moment) and
+one ``TMPDIR`` for all. Every process must exit 0 with its own sum within the
+round's deadline, and each round must leave nothing: no process (checked
+after every round, not only by the autouse fixture at the end), no
+``xcsh-run.<cli pid>.*`` cgroup, no workdir.
+
+A CLI still running at the deadline has hung: it gets SIGABRT with
+``PYTHONFAULTHANDLER`` set, so its stderr carries every thread's Python stack,
+and the failure message shows that, its process tree and its output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests._support.leftovers import cgroup_dirs, remove_cgroups, workdirs
+from tests._support.scale import scaled
+from tests.conftest import TOOLS, XCSH_RUN, marked_processes
+
+PROCESSES = scaled(30, 30)
+ROUNDS = scaled(2, 10)
+# A cold CLI costs about a second of CPU (interpreter, imports, probe, two
+# workers); 30 of them on 2 loaded cores take 15-40 s. The deadline is for a
+# hang, not for slowness.
+ROUND_DEADLINE = 150.0
+
+
+@dataclass
+class Outcome:
+    index: int
+    pid: int
+    returncode: int | None
+    stdout: str
+    stderr: str
+    seconds: float
+    hung: bool = False
+    tree: str = ""
+
+
+def _tree(pid: int) -> str:
+    """The process tree under ``pid``: pids, states, what each waits in, command lines."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return f"  {pid}: gone"
+    lines = []
+    for proc in procs:
+        try:
+            with open(f"/proc/{proc.pid}/wchan") as f:
+                wchan = f.read().strip()
+        except OSError:
+            wchan = "?"
+        try:
+            lines.append(f"  {proc.pid} [{proc.status()}, wchan {wchan}] {' '.join(proc.cmdline())[:200]}")
+        except psutil.Error:
+            lines.append(f"  {proc.pid}: gone")
+    return "\n".join(lines)
+
+
+def _run_round(tools: Path, env: dict[str, str], round_no: int, deadline: float) -> list[Outcome]:
+    started = time.monotonic()
+    procs = [
+        subprocess.Popen(
+            [XCSH_RUN, "add", "--args", f'{{"a": {i}, "b": {round_no}}}', "--tools", str(tools)],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(PROCESSES)
+    ]
+    outcomes: list[Outcome] = []
+    try:
+        for i, proc in enumerate(procs):
+            remaining = max(0.1, started + deadline - time.monotonic())
+            try:
+                out, err = proc.communicate(timeout=remaining)
+            except subprocess.TimeoutExpired:
+                tree = _tree(proc.pid)
+                # Every thread's Python stack, on its stderr, before it dies.
+                proc.send_signal(signal.SIGABRT)
+                try:
+                    out, err = proc.communicate(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    out, err = proc.communicate(timeout=10)
+                outcomes.append(Outcome(i, proc.pid, None, out, err, time.monotonic() - started, True, tree))
+                continue
+            outcomes.append(Outcome(i, proc.pid, proc.returncode, out, err, time.monotonic() - started))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return outcomes
+
+
+def _describe(outcome: Outcome) -> str:
+    what = "HUNG" if outcome.hung else f"exit {outcome.returncode}"
+    text = f"CLI #{outcome.index} (pid {outcome.pid}): {what} after {outcome.seconds:.1f} s"
+    if outcome.tree:
+        text += f"\n process tree at the deadline:\n{outcome.tree}"
+    if outcome.stdout:
+        text += f"\n stdout: {outcome.stdout[-500:]!r}"
+    if outcome.stderr:
+        text += "\n stderr:\n" + "\n".join("  " + line for line in outcome.stderr.splitlines()[-60:])
+    return text
+
+
+@pytest.mark.stress
+@pytest.mark.slow
+@pytest.mark.timeout(ROUNDS * (ROUND_DEADLINE + 30) + 60)
+def test_concurrent_cli_processes_with_a_shared_cold_cache(tmp_path: Path) -> None:
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "basic.py").write_text((TOOLS / "basic.py").read_text())
+    cache = tmp_path / "shared-cache"  # created by the CLIs themselves, concurrently
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache), "TMPDIR": str(tmpdir), "PYTHONFAULTHANDLER": "1"}
+    slowest: list[float] = []
+    for round_no in range(ROUNDS):
+        outcomes = _run_round(tools, env, round_no, ROUND_DEADLINE)
+        pids = [o.pid for o in outcomes]
+        left_processes = marked_processes()
+        for pid, _ in left_processes:  # so that one hang fails this test only
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        left_cgroups = cgroup_dirs(pids)
+        remove_cgroups(left_cgroups)
+        left_workdirs = workdirs(tmpdir)
+
+        hung = [o for o in outcomes if o.hung]
+        wrong = [
+            o
+            for o in outcomes
+            if not o.hung and (o.returncode != 0 or o.stdout != f"{o.index + round_no}\n" or o.stderr != "")
+        ]
+        problems = []
+        if hung:
+            problems.append(
+                f"{len(hung)} of {PROCESSES} CLIs still running after {ROUND_DEADLINE:.0f} s "
+                "(killed with SIGABRT: their Python stacks are in their stderr below)"
+            )
+        if wrong:
+            problems.append(f"{len(wrong)} of {PROCESSES} CLIs ended wrongly (exit code, output, or stderr)")
+        if left_processes:
+            problems.append(f"processes left behind: {left_processes}")
+        if left_cgroups:
+            problems.append(f"cgroups left behind: {left_cgroups}")
+        if left_workdirs:
+            problems.append(f"workdirs left behind in {tmpdir}: {left_workdirs}")
+        if problems:
+            details = "\n\n".join(_describe(o) for o in (hung + wrong)[:10])
+            pytest.fail(f"round {round_no + 1} of {ROUNDS}: " + "; ".join(problems) + "\n\n" + details)
+        slowest.append(max(o.seconds for o in outcomes))
+    # The cache was really shared: the CLIs wrote it (an empty cache dir would mean it was never used).
+    assert any(cache.rglob("*")), f"nothing was cached in {cache}"
+    print(f"{ROUNDS} rounds of {PROCESSES} CLIs; each round's slowest: {', '.join(f'{s:.1f} s' for s in slowest)}")

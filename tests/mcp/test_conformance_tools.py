@@ -1,0 +1,78 @@
+"""The tools `make conformance` serves load and behave as the suite's scenarios expect (no Node needed).
+
+The suite itself runs in `make conformance` (docs/conformance.md); these tests keep the tool
+module honest in the ordinary test run: the names and schemas the suite looks up, and the
+results the host API gives today.
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from tests.conftest import make_runner
+
+CONFORMANCE_TOOLS = Path(__file__).parent / "conformance" / "tools" / "conformance_tools.py"
+
+SUITE_TOOL_NAMES = {
+    "test_simple_text",
+    "test_image_content",
+    "test_audio_content",
+    "test_embedded_resource",
+    "test_multiple_content_types",
+    "test_tool_with_logging",
+    "test_tool_with_progress",
+    "test_error_handling",
+    "test_reconnection",
+    "test_sampling",
+    "test_elicitation",
+    "test_elicitation_sep1034_defaults",
+    "test_elicitation_sep1330_enums",
+    "json_schema_2020_12_tool",
+}
+
+
+async def test_every_tool_the_suite_calls_loads_with_its_schema() -> None:
+    with trio.fail_after(30):
+        async with make_runner(CONFORMANCE_TOOLS) as runner:
+            tools = {tool.name: tool for tool in runner.tools if tool.module == str(CONFORMANCE_TOOLS)}
+            assert not [e for e in runner.errors if str(CONFORMANCE_TOOLS) in str(e)]
+    assert set(tools) == SUITE_TOOL_NAMES
+    assert all(tool.description for tool in tools.values())
+    schema = tools["json_schema_2020_12_tool"].parameters
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert schema["$defs"]["address"]["properties"] == {"street": {"type": "string"}, "city": {"type": "string"}}
+    assert schema["additionalProperties"] is False
+    assert tools["test_sampling"].parameters["required"] == ["prompt"]
+    assert tools["test_elicitation"].parameters["required"] == ["message"]
+
+
+async def test_the_tools_answer_as_the_suite_checks() -> None:
+    updates: list[dict[str, Any]] = []
+    with trio.fail_after(60):
+        async with make_runner(CONFORMANCE_TOOLS) as runner:
+            text = await runner.call_tool("test_simple_text")  # the suite sends no `arguments` at all
+            image = await runner.call_tool("test_image_content", {})
+            error = await runner.call_tool("test_error_handling", {})
+            progress = await runner.call_tool("test_tool_with_progress", {}, on_update=updates.append)
+            logged = await runner.call_tool("test_tool_with_logging", {})
+            elicit = await runner.call_tool("test_elicitation", {"message": "Please provide your information"})
+            schema = await runner.call_tool("json_schema_2020_12_tool", {"name": "n", "address": {"city": "c"}})
+            extra = await runner.call_tool("json_schema_2020_12_tool", {"zip": 1})
+
+    assert text.content == [{"type": "text", "text": "This is a simple text response for testing."}]
+    [block] = image.content
+    assert block["type"] == "image" and block["mimeType"] == "image/png"
+    assert base64.b64decode(block["data"]).startswith(b"\x89PNG\r\n\x1a\n")
+    assert error.is_error and error.kind == "tool_error"
+    assert "This tool intentionally returns an error for testing" in error.text
+    assert not progress.is_error
+    assert [u["details"] for u in updates] == [{"progress": p, "total": 100} for p in (0, 50, 100)]
+    assert logged.text == "Tool with logging executed successfully"
+    # No UI attached: api.ui.elicit answers cancel.
+    assert elicit.text == "User response: action=cancel, content={}"
+    assert schema.text == 'JSON Schema 2020-12 tool called with: {"name": "n", "address": {"city": "c"}}'
+    assert extra.kind == "invalid_arguments"

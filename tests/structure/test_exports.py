@@ -1,0 +1,60 @@
+"""The public API surface is pinned: adding or removing a name is a deliberate change."""
+
+from __future__ import annotations
+
+import xcsh_run
+import xcsh_run.pi
+
+
+def test_runner_exports() -> None:
+    public = sorted(name for name in dir(xcsh_run) if not name.startswith("_"))
+    assert sorted(xcsh_run.__all__) == sorted(set(public) - {"annotations"})
+    assert xcsh_run.__all__ == sorted(xcsh_run.__all__)
+    for name in xcsh_run.__all__:
+        obj = getattr(xcsh_run, name)
+        assert getattr(obj, "__module__", "xcsh_run") == "xcsh_run", name
+
+
+def test_authoring_exports() -> None:
+    assert xcsh_run.pi.__all__ == [
+        "AbortSignal",
+        "AudioContent",
+        "CustomTool",
+        "EmbeddedResource",
+        "ExecResult",
+        "Icon",
+        "ImageContent",
+        "Requires",
+        "ResourceContents",
+        "ResourceLink",
+        "TextContent",
+        "ToolAPI",
+        "ToolAnnotations",
+        "ToolCancelled",
+        "ToolContext",
+        "ToolError",
+        "ToolResult",
+        "UI",
+    ]
+
+
+def test_worker_package_imports_nothing_heavy() -> None:
+    import subprocess
+    import sys
+
+    heavy = "('trio', 'runner', 'typer', 'psutil', 'jsonschema')"
+    code = (
+        f"import sys, xcsh_run.worker._runtime.loop, xcsh_run.pi; print(sorted(m for m in {heavy} if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_import_runner_does_not_import_hypothesis() -> None:
+    """Hypothesis is the `fuzz` extra: the library, and every command but `fuzz`, work without it."""
+    import subprocess
+    import sys
+
+    code = "import sys, runner, xcsh_run._cli.run; print(sorted(m for m in sys.modules if m.startswith('hypothesis')))"
+    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -1,0 +1,163 @@
+"""The trio, blocking and asyncio runners have one surface: compared by introspection, then used.
+
+The introspection half checks that every public member of :class:`Runner`
+exists on :class:`BlockingRunner` and :class:`AsyncioRunner` with the same
+parameters (names, kinds, defaults), async where it should be; the behavioural
+half drives ``cancel`` and ``set_context`` through the asyncio runner on a real
+worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from xcsh_run import AsyncioRunner, BlockingRunner, Runner, open_asyncio_runner, open_blocking_runner
+
+# Members of Runner the wrappers deliberately lack. Keep it short; each entry says why.
+NOT_ON_WRAPPERS: dict[str, str] = {
+    # A wrapper is closed by leaving its context manager, which also ends the runner's thread;
+    # closing only the runner inside would leave that thread waiting for the block's end.
+    "aclose": "closed by its context manager",
+    # open_runner loads the tools; the wrappers' open_* functions take the same options and do it.
+    "load": "loaded when opened",
+}
+# Instance attributes of Runner (not visible on the class) the wrappers expose as properties.
+RUNNER_ATTRIBUTES = ("config", "unenforced")
+
+
+def _public(cls: type) -> dict[str, Any]:
+    return {name: inspect.getattr_static(cls, name) for name in dir(cls) if not name.startswith("_")}
+
+
+def _params(fn: Any) -> list[tuple[str, Any, Any]]:
+    sig = inspect.signature(fn)
+    return [(p.name, p.kind, p.default) for p in sig.parameters.values()]
+
+
+@pytest.mark.parametrize("wrapper", [BlockingRunner, AsyncioRunner])
+def test_every_public_member_of_runner_is_on_each_wrapper_with_the_same_parameters(wrapper: type) -> None:
+    theirs = _public(wrapper)
+    problems: list[str] = []
+    for name, member in _public(Runner).items():
+        if name in NOT_ON_WRAPPERS:
+            assert name not in theirs, f"{name} is on {wrapper.__name__} now: drop it from NOT_ON_WRAPPERS"
+            continue
+        other = theirs.get(name)
+        if other is None:
+            problems.append(f"{wrapper.__name__}.{name} is missing")
+        elif isinstance(member, property):
+            if not isinstance(other, property):
+                problems.append(f"{wrapper.__name__}.{name} is not a property")
+            elif (member.fset is None) != (other.fset is None):
+                problems.append(f"{wrapper.__name__}.{name}: settable on one side only")
+        elif _params(member) != _params(other):
+            problems.append(
+                f"{wrapper.__name__}.{name}{inspect.signature(other)} != Runner.{name}{inspect.signature(member)}"
+            )
+        else:
+            # The blocking face blocks; the asyncio face is async exactly where the trio runner is.
+            want_async = wrapper is AsyncioRunner and inspect.iscoroutinefunction(member)
+            if inspect.iscoroutinefunction(other) != want_async:
+                problems.append(f"{wrapper.__name__}.{name} should {'' if want_async else 'not '}be async")
+        if other is not None and not inspect.getdoc(other):
+            problems.append(f"{wrapper.__name__}.{name} has no docstring")
+    for name in RUNNER_ATTRIBUTES:
+        if not isinstance(theirs.get(name), property):
+            problems.append(f"{wrapper.__name__}.{name} is missing")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_allow_list_names_real_runner_members() -> None:
+    public = _public(Runner)
+    assert all(name in public for name in NOT_ON_WRAPPERS)
+
+
+TOOL = """
+from xcsh_run.pi import CustomTool
+
+OBJ = {"type": "object"}
+
+def factory(api):
+    def who(tool_call_id, params, on_update, ctx, signal):
+        return {"content": [{"type": "text", "text": str(ctx.get("user"))}], "details": ctx.state}
+
+    def wait(tool_call_id, params, on_update, ctx, signal):
+        on_update({"content": [{"type": "text", "text": "waiting"}]})
+        signal.wait(60)
+        return "not cancelled"
+
+    return [
+        CustomTool(name="who", description="the user in ctx", parameters=OBJ, execute=who),
+        CustomTool(name="wait", description="waits until cancelled", parameters=OBJ, execute=wait),
+    ]
+"""
+
+
+def _tool(tmp_path: Path) -> str:
+    path = tmp_path / "parity_tools.py"
+    path.write_text(TOOL)
+    return str(path)
+
+
+def test_cancel_and_set_context_through_the_asyncio_runner(tmp_path: Path) -> None:
+    tools = _tool(tmp_path)
+
+    async def main() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        async with open_asyncio_runner([tools], grace=0.5, spare_workers=0) as runner:
+            runner.set_context({"user": "ada"})
+            out["context"] = runner.context
+            out["who"] = (await runner.call_tool("who")).text
+            runner.context = {"user": "grace"}
+            out["who_after_setter"] = (await runner.call_tool("who")).text
+
+            loop = asyncio.get_running_loop()
+            started = asyncio.Event()
+            call = asyncio.ensure_future(
+                runner.call_tool("wait", tool_call_id="w1", on_update=lambda _: loop.call_soon_threadsafe(started.set))
+            )
+            await started.wait()
+            out["unknown_cancel"] = runner.cancel("no-such-call")
+            out["cancel"] = runner.cancel("w1", "stopped by the parity test")
+            result = await call
+            out["kind"], out["text"] = result.kind, result.text
+            out["busy"] = runner.statistics().busy_workers
+            out["tool"] = getattr(runner.get_tool("wait"), "name", None)
+            out["rendered"] = await runner.render_call("who", {})
+        out["closed"] = runner.closed
+        return out
+
+    async def bounded() -> dict[str, Any]:
+        return await asyncio.wait_for(main(), 60)
+
+    out = asyncio.run(bounded())
+    assert out["context"] == {"user": "ada"}
+    assert out["who"] == "ada"
+    assert out["who_after_setter"] == "grace"
+    assert out["unknown_cancel"] is False
+    assert out["cancel"] is True
+    assert out["kind"] == "cancelled" and "stopped by the parity test" in out["text"]
+    assert out["busy"] == 0
+    assert out["tool"] == "wait"
+    assert isinstance(out["rendered"], str) and out["rendered"]
+    assert out["closed"] is True
+
+
+def test_the_blocking_runner_has_the_same_new_members(tmp_path: Path) -> None:
+    tools = _tool(tmp_path)
+    with open_blocking_runner([tools], grace=0.5, spare_workers=0) as runner:
+        runner.context = {"user": "lin"}
+        assert runner.call_tool("who", timeout=30).text == "lin"
+        assert runner.get_tool("who") is not None and runner.get_tool("nope") is None
+        assert runner.pending_actions() == []
+        assert runner.warnings == []
+        assert runner.cwd == str(Path.cwd())
+        assert runner.policy_for("who") == runner.sandbox
+        runner.cancel_all("nothing is running")
+        assert not runner.closed
+    assert runner.closed
