@@ -43,8 +43,9 @@ MARK = f"XCSH_RUN_TEST_MARK={uuid.uuid4().hex}"
 os.environ["XCSH_RUN_TEST_MARK"] = MARK.split("=", 1)[1]
 
 TESTS = Path(__file__).parent
-TOOLS = TESTS / "tools"
-BROKEN = TESTS / "broken"
+FIXTURES = TESTS / "fixtures"  # the tools and other files the tests use, in one place
+TOOLS = FIXTURES / "tools"
+BROKEN = FIXTURES / "broken"
 ROOT = TESTS.parent
 XCSH_RUN = str(Path(sys.executable).parent / "xcsh-run")
 

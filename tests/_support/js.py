@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import BUN as FOUND
-from tests.conftest import TESTS
+from tests.conftest import FIXTURES
 from xcsh_run._discovery import bun as _bun
 
-JS_TOOLS = TESTS / "js_tools"
+JS_TOOLS = FIXTURES / "js_tools"
 IN_CI = os.environ.get("CI") == "true"
 BUN = FOUND if FOUND is not None and os.access(FOUND, os.X_OK) else None
 

@@ -26,9 +26,9 @@ import pytest
 from xcsh_run.worker.protocol.frames import FrameDecoder, _NeedData, encode_message
 from xcsh_run.worker.protocol.messages import ErrorResponse, Message, Notification, Request, Response
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 JS = ROOT / "worker" / "js"
-FIXTURES = Path(__file__).parent / "js_fixtures"
+FIXTURES = ROOT / "tests" / "fixtures" / "js_fixtures"
 BUN = os.environ.get("XCSH_RUN_BUN") or str(ROOT / ".cache/bun/node_modules/bun/bin/bun.exe")
 TYPEBOX = os.environ.get("XCSH_RUN_TYPEBOX") or str(ROOT / ".cache/bun/node_modules/@sinclair/typebox")
 DEADLINE = 10.0

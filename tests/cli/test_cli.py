@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TOOLS, XCSH_RUN
+from tests.conftest import ROOT, TOOLS, XCSH_RUN
 
 
 def run(
@@ -327,7 +327,7 @@ def test_example_tidy_previews_then_resolves(tmp_path: Path, resolve: str, after
     proc = run(
         "tidy",
         "--tools",
-        str(TOOLS.parent.parent / "examples" / "tidy.py"),
+        str(ROOT / "examples" / "tidy.py"),
         "--args",
         '{"path": "notes.txt"}',
         "--resolve",
@@ -352,7 +352,7 @@ def test_terminal_ui_answers_the_tools_prompts(tmp_path: Path) -> None:
             XCSH_RUN,
             "tidy",
             "--tools",
-            str(TOOLS.parent.parent / "examples" / "tidy.py"),
+            str(ROOT / "examples" / "tidy.py"),
             "--args",
             '{"path": "notes.txt"}',
         ],

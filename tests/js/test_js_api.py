@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-HARNESS = ROOT / "tests" / "js_api" / "harness.ts"
+ROOT = Path(__file__).resolve().parents[2]
+HARNESS = ROOT / "tests" / "fixtures" / "js_api" / "harness.ts"
 BUNFIG = ROOT / "worker" / "js" / "bunfig.toml"
 _CACHE = ROOT / ".cache" / "bun" / "node_modules"
 BUN = os.environ.get("XCSH_RUN_BUN") or str(_CACHE / "bun" / "bin" / "bun.exe")

@@ -20,7 +20,7 @@ from xcsh_run._discovery import bun as bun_mod
 from xcsh_run._discovery.cache import fingerprint
 from xcsh_run._discovery.finder import Candidate, ToolSource, discover, modules_in
 
-STUB = ROOT / "tests" / "js_stub" / "main.ts"
+STUB = ROOT / "tests" / "fixtures" / "js_stub" / "main.ts"
 FACTORY = "export default () => ({});\n"
 pytestmark = pytest.mark.timeout(60)
 

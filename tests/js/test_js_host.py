@@ -27,7 +27,7 @@ from xcsh_run import SandboxPolicy
 from xcsh_run._discovery import bun as bun_mod
 from xcsh_run.worker._runtime import handoff as _handoff
 
-STUB = ROOT / "tests" / "js_stub" / "main.ts"
+STUB = ROOT / "tests" / "fixtures" / "js_stub" / "main.ts"
 pytestmark = pytest.mark.timeout(60)
 
 

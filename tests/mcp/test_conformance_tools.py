@@ -15,7 +15,7 @@ import trio
 
 from tests.conftest import make_runner
 
-CONFORMANCE_TOOLS = Path(__file__).parent / "conformance" / "tools" / "conformance_tools.py"
+CONFORMANCE_TOOLS = Path(__file__).parents[1] / "conformance" / "tools" / "conformance_tools.py"
 
 SUITE_TOOL_NAMES = {
     "test_simple_text",

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import trio
 
-from tests.conftest import ROOT, make_runner, needs_strict
+from tests.conftest import ROOT, TOOLS, make_runner, needs_strict
 from xcsh_run import SandboxPolicy
 
 STRICT = SandboxPolicy(level="strict")
@@ -34,7 +34,7 @@ LDSO = "/lib64/ld-linux-x86-64.so.2"
 GIT_CORE = "/usr/lib/git-core/git"
 
 # The attack tool, copied into each test's tmp_path beside the program bytes it runs (payload.bin).
-ATTACK = Path(__file__).parent / "tools" / "strict_attack.py"
+ATTACK = TOOLS / "strict_attack.py"
 
 
 def _write_tool(folder: Path) -> Path:

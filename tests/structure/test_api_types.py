@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 import trio
 
+from tests._support.import_tree import link_import_tree
 from tests.conftest import XCSH_RUN, make_runner
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 TYPED_TOOL = """
 from __future__ import annotations
@@ -109,12 +110,15 @@ async def test_a_tool_annotated_with_the_public_types_loads_and_runs(tmp_path: P
 def _mypy(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
     module = tmp_path / "typed_tool.py"
     module.write_text(textwrap.dedent(source))
+    tree = tmp_path / "import-tree"
+    if not tree.exists():
+        link_import_tree(tree)
     return subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--no-error-summary", "--cache-dir", str(tmp_path / "mypy"),
          str(module)],
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
         # An editable install is an import hook mypy cannot follow; a wheel's site-packages needs no MYPYPATH.
-        env={**os.environ, "MYPYPATH": str(ROOT)},
+        env={**os.environ, "MYPYPATH": str(tree)},
     )  # fmt: skip
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MAX_MODULE_LINES = 500
 MAX_CLASS_LINES = 400
 MAX_FACADE_LINES = 300
