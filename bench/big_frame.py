@@ -120,7 +120,7 @@ def decode_chunks() -> object:
     src = _next_frame()
     for i in range(0, len(src), CHUNK):
         HOST.receive_data(bytes(src[i : i + CHUNK]))
-        if not isinstance(event := HOST.next_event(), p._NeedData):
+        if not isinstance(event := HOST.next_event(), p.NeedData):
             return event
     raise AssertionError("no answer")
 
@@ -135,7 +135,7 @@ def decode_in_place() -> object:
         view.release()
         HOST.received(n)  # type: ignore[attr-defined]
         pos += n
-        if not isinstance(event := HOST.next_event(), p._NeedData):
+        if not isinstance(event := HOST.next_event(), p.NeedData):
             return event
 
 

@@ -480,7 +480,7 @@ class ConnectionPair(RuleBasedStateMachine):
                 read_in_place(side.conn, chunk)
             else:
                 side.conn.receive_data(chunk)
-            while not isinstance(event := side.conn.next_event(), p._NeedData):
+            while not isinstance(event := side.conn.next_event(), p.NeedData):
                 self.handle(side, role, event)
                 if isinstance(event, p.ConnectionClosed):
                     break
@@ -597,7 +597,7 @@ def _answer_outcome(body: bytes, *, typed: bool, abandon: bool) -> tuple[object,
     outcome: list[object] = []
     try:
         host.receive_data(len(body).to_bytes(4, "big") + body)
-        while not isinstance(event := host.next_event(), p._NeedData):
+        while not isinstance(event := host.next_event(), p.NeedData):
             outcome.append(event)
     except p.RemoteProtocolError as exc:
         outcome.append(str(exc))

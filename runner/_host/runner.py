@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
@@ -258,6 +258,15 @@ class Runner(RunnerSettings):
         Takes effect at once, for live workers too: their ``api.has_ui`` changes.
         """
         self._bridge.set_ui_context(ui, has_ui)
+
+    def set_log_listener(self, listener: Callable[[p.LogParams], None] | None) -> None:
+        """Also give every record a tool logs (``api.log``) to ``listener``, whatever the logging levels.
+
+        It runs on the runner's trio thread, as each record arrives, and must not
+        block (the MCP server queues each record for the client whose call made it).
+        None removes it.
+        """
+        self._bridge.log_listener = listener
 
     def pending_actions(self) -> list[dict[str, Any]]:
         """Previews waiting for ``resolve``, newest last."""

@@ -98,9 +98,7 @@ class CallLinks:
 
     def attach(self, runner: Runner, has_ui: bool) -> None:
         """Give a new runner the hooks (before its first worker starts)."""
-        # The listener is the bridge's: the Runner facade has no public door
-        # for it, and it is the MCP server's business, not an embedder's.
-        runner._bridge.log_listener = self._on_log
+        runner.set_log_listener(self._on_log)
         runner.set_ui_context(self.ui, has_ui)
 
     def _on_log(self, record: p.LogParams) -> None:

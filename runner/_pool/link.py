@@ -247,7 +247,7 @@ class WorkerProcess:
                 if (n := _read_some(self._conn, fd)) is None:  # woken for nothing: wait again
                     continue
                 self._conn.received(n)
-                while not isinstance(event := self._conn.next_event(), p._NeedData):
+                while not isinstance(event := self._conn.next_event(), p.NeedData):
                     self._dispatch(event)
                     if isinstance(event, p.ConnectionClosed):
                         return

@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from xcsh_run.worker.protocol.frames import FrameDecoder, _NeedData, encode_message
+from xcsh_run.worker.protocol.frames import FrameDecoder, NeedData, encode_message
 from xcsh_run.worker.protocol.messages import ErrorResponse, Message, Notification, Request, Response
 
 ROOT = Path(__file__).parents[2]
@@ -123,7 +123,7 @@ class JsWorker:
             if self.inbox:
                 return self.inbox.pop(0)
             msg = self.decoder.next_message()
-            if not isinstance(msg, _NeedData):
+            if not isinstance(msg, NeedData):
                 return msg
             left = end - time.monotonic()
             assert left > 0, f"no message from the worker within {timeout} s; stderr: {self.stderr()}"

@@ -17,7 +17,7 @@ CALL = p.CallParams(call_id="c1", tool="t", arguments=msgspec.Raw(b"{}"))
 
 def events(conn: p.Connection) -> list[p.Event]:
     out: list[p.Event] = []
-    while not isinstance(event := conn.next_event(), p._NeedData):
+    while not isinstance(event := conn.next_event(), p.NeedData):
         out.append(event)
         if isinstance(event, p.ConnectionClosed):
             break

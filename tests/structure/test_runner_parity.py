@@ -25,6 +25,8 @@ NOT_ON_WRAPPERS: dict[str, str] = {
     "aclose": "closed by its context manager",
     # open_runner loads the tools; the wrappers' open_* functions take the same options and do it.
     "load": "loaded when opened",
+    # The listener runs on the runner's own trio thread, which a wrapper's caller never is.
+    "set_log_listener": "runs on the runner's thread",
 }
 # Instance attributes of Runner (not visible on the class) the wrappers expose as properties.
 RUNNER_ATTRIBUTES = ("config", "unenforced")

@@ -84,7 +84,7 @@ class RawWorker:
             chunk = os.read(self.from_r, 1 << 16)
             assert chunk, f"the worker closed its pipe (exit status {self.proc.poll()})"
             self.decoder.receive_data(chunk)
-        assert not isinstance(msg, p._NeedData)
+        assert not isinstance(msg, p.NeedData)
         return msg
 
     def ask(self, method: p.Method[Any, Any], params: Any) -> p.Message:

@@ -11,7 +11,7 @@ from types import FrameType
 
 import pytest
 
-from xcsh_run.worker._tool_api.abort_signal import AbortSignal, ToolCancelled
+from xcsh_run.worker._tool_api.abort_signal import AbortSignal, ToolCancelled, abort
 
 DEADLINE = 10.0
 
@@ -31,8 +31,8 @@ def test_every_waiter_wakes_once_aborted_and_later_waits_return_at_once() -> Non
     waiting.append(threading.Thread(target=lambda: woke.append(sig.wait(DEADLINE))))
     for thread in waiting:
         thread.start()
-    assert sig._abort("timeout") is True
-    assert sig._abort("cancelled") is False  # the first reason stays
+    assert abort(sig, "timeout") is True
+    assert abort(sig, "cancelled") is False  # the first reason stays
     for thread in waiting:
         thread.join(DEADLINE)
     assert woke == [True] * 5
@@ -46,8 +46,8 @@ def test_callbacks_run_once_with_the_reason_even_when_added_late() -> None:
     sig = AbortSignal()
     seen: list[str] = []
     sig.add_callback(seen.append)
-    sig._abort("cancelled")
-    sig._abort("again")
+    abort(sig, "cancelled")
+    abort(sig, "again")
     sig.add_callback(seen.append)  # already aborted: called now
     assert seen == ["cancelled", "cancelled"]
 
@@ -56,7 +56,7 @@ def test_wait_async_returns_the_reason() -> None:
     sig = AbortSignal()
 
     async def main() -> str:
-        threading.Timer(0.01, sig._abort, ("timeout",)).start()
+        threading.Timer(0.01, abort, (sig, "timeout")).start()
         return await asyncio.wait_for(sig.wait_async(), DEADLINE)
 
     assert asyncio.run(main()) == "timeout"
@@ -89,7 +89,7 @@ def test_a_wait_interrupted_by_a_signal_handler_strands_no_other_waiter() -> Non
     finally:
         signal.signal(signal.SIGUSR1, previous)
     assert len(sig._waiters) == 1  # only the other thread's
-    sig._abort("cancelled")
+    abort(sig, "cancelled")
     other.join(DEADLINE)
     assert woke == [True]
     assert sig._waiters == []

@@ -26,10 +26,10 @@ from xcsh_run.worker.protocol import (
     Connection,
     ConnectionClosed,
     Event,
+    NeedData,
     RemoteProtocolError,
     RequestReceived,
     Role,
-    _NeedData,
 )
 
 T = TypeVar("T")
@@ -58,7 +58,7 @@ class Channel:
         while True:
             with self.lock:
                 event = self.conn.next_event()
-            if not isinstance(event, _NeedData):
+            if not isinstance(event, NeedData):
                 return event
             chunk = os.read(self.fd_in, READ_CHUNK)
             with self.lock:
@@ -89,7 +89,7 @@ class Channel:
                 event = conn.next_event()
                 if type(event) is RequestReceived:
                     requests.append(event)
-                elif isinstance(event, _NeedData):
+                elif isinstance(event, NeedData):
                     break
                 else:
                     events.append(event)

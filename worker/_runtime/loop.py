@@ -56,7 +56,7 @@ from xcsh_run.worker._runtime.tool_module import (
 )
 from xcsh_run.worker._sandbox import explain as _explain
 from xcsh_run.worker._sandbox import withheld_env as _env
-from xcsh_run.worker._tool_api import Ctx, HostLink, ToolAPI, ToolCancelled
+from xcsh_run.worker._tool_api import Ctx, HostLink, ToolAPI, ToolCancelled, abort, log_handler
 from xcsh_run.worker.protocol import (
     MAX_NESTING,
     ConnectionClosed,
@@ -145,7 +145,7 @@ class Worker:
         if call is None or call.call_id != call_id:
             return
         self._cancel_reasons.pop(call_id, None)
-        call.signal._abort(reason)
+        abort(call.signal, reason)
         self.bridge.cancel(call, reason)
 
     def on_sigterm(self, signum: int, frame: FrameType | None) -> None:
@@ -159,7 +159,7 @@ class Worker:
             # call runs) may not have read it yet. It is already in the pipe,
             # so a short bounded wait is enough.
             call.signal.wait(0.1)
-        call.signal._abort(call.signal.reason or "terminated")
+        abort(call.signal, call.signal.reason or "terminated")
         call.terminated = True
         if call.task is not None:
             self.bridge.cancel(call, call.signal.reason)
@@ -364,14 +364,14 @@ class Worker:
         if self._cancel_reasons:
             early = self._cancel_reasons.pop(params.call_id, None)
             if early is not None:
-                call.signal._abort(early)
+                abort(call.signal, early)
             self._drop_stale_cancels()
         try:
             return execute(loaded, params, args, call, self.channel, self.link, self.bridge)
         finally:
             self.current = None
-            if self.api._log_handler.dropped:
-                self.api._log_handler.flush_dropped()
+            if log_handler(self.api).dropped:
+                log_handler(self.api).flush_dropped()
 
     def _drop_stale_cancels(self) -> None:
         # The host writes a call before any cancel of it, and queued requests

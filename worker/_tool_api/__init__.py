@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from xcsh_run.worker._tool_api.abort_signal import AbortSignal as AbortSignal
     from xcsh_run.worker._tool_api.abort_signal import ToolCancelled as ToolCancelled
+    from xcsh_run.worker._tool_api.abort_signal import abort as abort
     from xcsh_run.worker._tool_api.api import ToolAPI as ToolAPI
+    from xcsh_run.worker._tool_api.api import log_handler as log_handler
     from xcsh_run.worker._tool_api.ctx import Ctx as Ctx
     from xcsh_run.worker._tool_api.exec import ExecResult as ExecResult
     from xcsh_run.worker._tool_api.host_link import HostLink as HostLink
@@ -26,6 +28,8 @@ __all__ = [
     "ToolAPI",
     "ToolCancelled",
     "UI",
+    "abort",
+    "log_handler",
 ]
 
 # Each name is imported from its module on first use (PEP 562): importing one module of this
@@ -38,6 +42,8 @@ _HOMES: dict[str, str] = {
     "ToolAPI": "api",
     "ToolCancelled": "abort_signal",
     "UI": "ui",
+    "abort": "abort_signal",
+    "log_handler": "api",
 }
 
 

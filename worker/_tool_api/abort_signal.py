@@ -126,3 +126,11 @@ class AbortSignal:
     def __repr__(self) -> str:
         state = f"aborted reason={self.reason!r}" if self.aborted else "pending"
         return f"<AbortSignal {state}>"
+
+
+def abort(signal: AbortSignal, reason: str) -> bool:
+    """Abort ``signal`` with ``reason``: the worker's side of it (a tool only reads a signal).
+
+    True for the first caller only.
+    """
+    return signal._abort(reason)

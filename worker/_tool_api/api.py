@@ -124,7 +124,7 @@ class ToolAPI:
         self._link = link
         self.has_ui = has_ui
         """True when the host has a UI attached: `ui` asks a user then, instead of answering with empty values."""
-        self.ui: UI = UI(self)
+        self.ui: UI = UI(self, lambda: self._link)
         """The user's interface (see `UI`)."""
         self.msgspec: ModuleType = msgspec
         """The msgspec module, for ``parameters`` Structs without an import."""
@@ -321,3 +321,8 @@ class ToolAPI:
                                     source_tool_name=str(source), details=details),
             )  # fmt: skip
         return action_id
+
+
+def log_handler(api: ToolAPI) -> _HostLogHandler:
+    """The handler that sends ``api.logger``'s records to the host."""
+    return api._log_handler

@@ -176,14 +176,15 @@ async def exec_async(
     Cancelling the awaiting task kills the program's process group.
     """
     import asyncio
+    import functools
 
-    from xcsh_run.worker._tool_api.abort_signal import AbortSignal
+    from xcsh_run.worker._tool_api.abort_signal import AbortSignal, abort
 
     own = AbortSignal()
     if signal is not None:
-        signal.add_callback(own._abort)
+        signal.add_callback(functools.partial(abort, own))
     try:
         return await asyncio.to_thread(exec_sync, command, args, signal=own, **kwargs)
     except asyncio.CancelledError:
-        own._abort("cancelled")
+        abort(own, "cancelled")
         raise

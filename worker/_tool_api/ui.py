@@ -9,7 +9,7 @@ is ``None``-like and may also be awaited.
 from __future__ import annotations
 
 import sys
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any, Final, Protocol
 
 from xcsh_run.worker._tool_api.host_link import HostLink
@@ -51,7 +51,6 @@ class _Owner(Protocol):
     """What the UI needs of the api object that owns it."""
 
     has_ui: bool
-    _link: HostLink | None
 
 
 class NoOpUI:
@@ -114,8 +113,9 @@ class UI:
         ```
     """
 
-    def __init__(self, api: _Owner) -> None:
+    def __init__(self, api: _Owner, link: Callable[[], HostLink | None]) -> None:
         self._api = api
+        self._link = link  # the api's link, read at each use: a worker attaches it after the api exists
 
     def _ask(self, method: str, *args: Any) -> Any:
         if not self._api.has_ui:
@@ -123,7 +123,7 @@ class UI:
             if loop_running():
                 return ready(value)
             return value
-        link = self._api._link
+        link = self._link()
         assert link is not None
         params = m.UiParams(call_id=link.call_id, method=method, args=list(args))
         if loop_running():
@@ -131,8 +131,8 @@ class UI:
         return link.request(m.UI, params)
 
     def _tell(self, method: str, *args: Any) -> Done:
-        if self._api.has_ui and self._api._link is not None:
-            link = self._api._link
+        link = self._link()
+        if self._api.has_ui and link is not None:
             link.notify(m.UI_NOTICE, m.UiParams(call_id=link.call_id, method=method, args=list(args)))
         return DONE
 

@@ -28,15 +28,15 @@ if TYPE_CHECKING:
     from xcsh_run.worker.protocol.events import RequestReceived as RequestReceived
     from xcsh_run.worker.protocol.events import RequestRefused as RequestRefused
     from xcsh_run.worker.protocol.events import ResultReceived as ResultReceived
-    from xcsh_run.worker.protocol.frames import _MAX_REPRESENTABLE as _MAX_REPRESENTABLE
     from xcsh_run.worker.protocol.frames import DEFAULT_MAX_FRAME_BYTES as DEFAULT_MAX_FRAME_BYTES
     from xcsh_run.worker.protocol.frames import HEADER_BYTES as HEADER_BYTES
     from xcsh_run.worker.protocol.frames import MAX_NESTING as MAX_NESTING
+    from xcsh_run.worker.protocol.frames import MAX_REPRESENTABLE as MAX_REPRESENTABLE
     from xcsh_run.worker.protocol.frames import NEED_DATA as NEED_DATA
     from xcsh_run.worker.protocol.frames import FrameDecoder as FrameDecoder
     from xcsh_run.worker.protocol.frames import FrameTooLarge as FrameTooLarge
+    from xcsh_run.worker.protocol.frames import NeedData as NeedData
     from xcsh_run.worker.protocol.frames import NotSerialisable as NotSerialisable
-    from xcsh_run.worker.protocol.frames import _NeedData as _NeedData
     from xcsh_run.worker.protocol.frames import encode_line as encode_line
     from xcsh_run.worker.protocol.frames import encode_message as encode_message
     from xcsh_run.worker.protocol.frames import encode_value as encode_value
@@ -211,8 +211,8 @@ __all__ = [
     "UiParams",
     "UpdateParams",
     "WORKER_PROTOCOL",
-    "_MAX_REPRESENTABLE",
-    "_NeedData",
+    "MAX_REPRESENTABLE",
+    "NeedData",
     "decode_message",
     "encode_line",
     "encode_message",
@@ -313,8 +313,8 @@ _HOMES: dict[str, str] = {
     "UiParams": "methods",
     "UpdateParams": "methods",
     "WORKER_PROTOCOL": "methods",
-    "_MAX_REPRESENTABLE": "frames",
-    "_NeedData": "frames",
+    "MAX_REPRESENTABLE": "frames",
+    "NeedData": "frames",
     "decode_message": "messages",
     "encode_line": "frames",
     "encode_message": "frames",

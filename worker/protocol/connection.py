@@ -55,13 +55,13 @@ from xcsh_run.worker.protocol.events import (
     ResultReceived,
 )
 from xcsh_run.worker.protocol.frames import (
-    _MAX_REPRESENTABLE,
     DEFAULT_MAX_FRAME_BYTES,
     MAX_NESTING,
+    MAX_REPRESENTABLE,
     NEED_DATA,
     FrameDecoder,
+    NeedData,
     NotSerialisable,
-    _NeedData,
     check_max_frame_bytes,
     encode_message,
 )
@@ -311,7 +311,7 @@ class Connection:
             raise LocalProtocolError("receive_message() called after end of stream")
         self._inbox.append(message)
 
-    def next_event(self) -> Event | _NeedData:
+    def next_event(self) -> Event | NeedData:
         """The next event, or :data:`NEED_DATA`.
 
         Raises:
@@ -325,7 +325,7 @@ class Connection:
             else:
                 try:
                     body = self._decoder.next_body()
-                    if isinstance(body, _NeedData):
+                    if isinstance(body, NeedData):
                         return self._end() if self._eof else NEED_DATA
                     answer = self._typed_answer(body)
                     if answer is not None:
@@ -361,7 +361,7 @@ class Connection:
         """The frame of ``message``, its payload encoded in the same pass (once, straight into the frame)."""
         try:
             limit = self.max_send_bytes
-            return self._encode(message, max_frame_bytes=_MAX_REPRESENTABLE if limit is None else limit)
+            return self._encode(message, max_frame_bytes=MAX_REPRESENTABLE if limit is None else limit)
         except LocalProtocolError:
             raise
         except Exception as exc:
@@ -442,7 +442,7 @@ class Connection:
     def _refuse(self, msg: Request, reason: RefusalReason, message: str) -> RequestRefused:
         error = ErrorObject(code=int(reason.code), message=message)
         # Not bounded by our frame limit: a refusal is small, and must not fail for a tiny limit.
-        reply = self._encode(ErrorResponse(id=msg.id, error=error), max_frame_bytes=_MAX_REPRESENTABLE)
+        reply = self._encode(ErrorResponse(id=msg.id, error=error), max_frame_bytes=MAX_REPRESENTABLE)
         return RequestRefused(id=msg.id, method_name=msg.method, error=error, reply=reply, reason=reason)
 
     def _on_notification(self, msg: Notification) -> Event:

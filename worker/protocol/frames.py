@@ -30,7 +30,7 @@ a side can handle, the sender gets an error that names this limit.
 """
 """Largest frame either side accepts unless configured otherwise (64 MiB)."""
 
-_MAX_REPRESENTABLE: Final = 2**32 - 1
+MAX_REPRESENTABLE: Final = 2**32 - 1
 # A frame gets its own buffer once its size is at most the larger of these
 # (see FrameDecoder): any size that small, or this many times what has arrived.
 _TRUSTED_FRAME_BYTES: Final = 1 << 20
@@ -94,14 +94,14 @@ def encode_value(value: Any) -> msgspec.Raw:
     return msgspec.Raw(_ENCODER.encode(value))
 
 
-class _NeedData:
+class NeedData:
     __slots__ = ()
 
     def __repr__(self) -> str:
         return "NEED_DATA"
 
 
-NEED_DATA: Final = _NeedData()
+NEED_DATA: Final = NeedData()
 """Returned by :meth:`FrameDecoder.next_message` (and ``Connection.next_event``) when more bytes are needed."""
 
 
@@ -234,7 +234,7 @@ class FrameDecoder:
             with memoryview(self._scratch) as view:
                 self.receive_data(view[:n])
 
-    def next_message(self) -> Message | _NeedData:
+    def next_message(self) -> Message | NeedData:
         """Return the next complete message, or :data:`NEED_DATA`.
 
         Raises:
@@ -242,7 +242,7 @@ class FrameDecoder:
                 later call raises the same error.
         """
         body = self.next_body()
-        if isinstance(body, _NeedData):
+        if isinstance(body, NeedData):
             return body
         try:
             return decode_message(body)
@@ -250,7 +250,7 @@ class FrameDecoder:
             self._failed = exc
             raise
 
-    def next_body(self) -> bytearray | memoryview | _NeedData:
+    def next_body(self) -> bytearray | memoryview | NeedData:
         """The next complete frame's body, undecoded, or :data:`NEED_DATA` (for a typed decode of the whole).
 
         The body is the caller's: no memory of it is ever reused. Raises like
@@ -264,7 +264,7 @@ class FrameDecoder:
             self._failed = exc
             raise
 
-    def _next(self) -> bytearray | memoryview | _NeedData:
+    def _next(self) -> bytearray | memoryview | NeedData:
         frame = self._frame
         if frame is not None:
             if self._filled < len(frame):
@@ -329,5 +329,5 @@ class FrameDecoder:
 
 
 def check_max_frame_bytes(limit: int) -> None:
-    if not 1 <= limit <= _MAX_REPRESENTABLE:
-        raise ValueError(f"max_frame_bytes must be between 1 and {_MAX_REPRESENTABLE}, got {limit}")
+    if not 1 <= limit <= MAX_REPRESENTABLE:
+        raise ValueError(f"max_frame_bytes must be between 1 and {MAX_REPRESENTABLE}, got {limit}")
