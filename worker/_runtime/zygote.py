@@ -32,8 +32,10 @@ from typing import Any, NoReturn
 
 import msgspec
 
+# Loaded here once, so that every fork inherits them.
 from xcsh_run.worker._runtime import loop as _loop
-from xcsh_run.worker._runtime import supervisor as _supervisor  # noqa: F401 - loaded here once so that every fork inherits them
+from xcsh_run.worker._runtime import supervisor as _supervisor  # noqa: F401
+from xcsh_run.worker._sandbox import apply as _apply  # noqa: F401
 
 MAX_REQUEST = 1 << 20
 EXIT_SETUP = 127
