@@ -153,9 +153,8 @@ _WORKER_SIDE_FILES: Final = ("__init__.py", "pi.py")
 
 @functools.cache
 def _host_dir() -> str:
-    import xcsh_run
-
-    return os.path.realpath(os.path.dirname(xcsh_run.__file__))
+    # The folder of the `xcsh_run` package: this module is its _discovery/tool_envs.py.
+    return os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @functools.cache
