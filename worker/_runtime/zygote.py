@@ -140,6 +140,6 @@ def _become_worker(sock: socket.socket, request: Fork, fds: list[int]) -> NoRetu
     os.chdir(request.cwd)
     os.environ.clear()
     os.environ.update(request.env)
-    main = os.path.join(os.path.dirname(os.path.abspath(__file__)), "__main__.py")
+    main = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "__main__.py")
     sys.argv = [main, "--fd-in", str(to_r), "--fd-out", str(from_w)]
     _loop.main(sys.argv[1:])
