@@ -346,3 +346,16 @@ def test_the_rules_catch_what_they_forbid(tmp_path: Path, monkeypatch: pytest.Mo
     assert "upward: xcsh_run._low.inner -> xcsh_run._high.thing" in found
     assert "worker imports: xcsh_run.worker -> trio" in found
     assert any(key.startswith("cycle: xcsh_run._high, xcsh_run._low") for key in found), found
+
+
+def test_the_architecture_map_names_every_package_and_rank() -> None:
+    """docs/architecture.md is the map of the tree: each package folder is in its table."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    folders = sorted(
+        f"{init.parent.relative_to(ROOT)}/"
+        for folder in PACKAGES
+        for init in (ROOT / folder).rglob("__init__.py")
+        if init.parent != ROOT / folder
+    )
+    missing = [folder for folder in folders if f"`{folder}`" not in text]
+    assert not missing, f"docs/architecture.md's map does not name {missing}: add a row for each"
