@@ -203,10 +203,10 @@ const deps: CallDeps = {
 function receive(msg: Message): void {
   if (msg.kind === "request") {
     const { id, method } = msg;
-    const allowed = REQUESTS[method];
-    if (allowed === undefined) return refuse(id, Code.METHOD_NOT_FOUND, `unknown method ${quoted(method)}`);
+    const spec = REQUESTS[method];
+    if (spec === undefined || spec.sender !== "host") return refuse(id, Code.METHOD_NOT_FOUND, `unknown method ${quoted(method)}`);
     if (unanswered.has(id)) return refuse(id, Code.INVALID_REQUEST, `request id ${JSON.stringify(id)} is already in use`);
-    if (!allowed.includes(state)) {
+    if (!spec.allowed.includes(state)) {
       return refuse(id, Code.INVALID_REQUEST, `'${method}' is not allowed while the connection is ${State[state]}`);
     }
     const why = checkParams(method, msg.params);
@@ -216,7 +216,7 @@ function receive(msg: Message): void {
     queue.push({ id, method, params: msg.params as Record<string, any> });
     void pump();
   } else if (msg.kind === "notification") {
-    if (!NOTICES.has(msg.method)) return; // unknown notifications are ignored, as JSON-RPC allows
+    if (NOTICES[msg.method]?.sender !== "host") return; // unknown notifications are ignored, as JSON-RPC allows
     const why = checkParams(msg.method, msg.params);
     if (why !== null) die(`the host sent a malformed message: malformed '${msg.method}' message: ${why}`);
     const params = msg.params as Record<string, any>;
