@@ -15,6 +15,10 @@ Struct fields and compares the two:
    object, each required field left out, and each field set to each of a set
    of JSON probes. This holds the field types, not only their names.
 
+Not compared: the params of what the worker sends, and results. methods.ts
+declares no shape for them; the host decodes them with methods.py's types
+(tests/js/test_js_worker*.py see a field the Bun worker leaves out).
+
 Each difference is one line naming the method and the field and the file to
 update. Negative controls feed the comparison mutated tables (and Bun a
 mutated copy of methods.ts), so the test cannot pass because it is broken.
