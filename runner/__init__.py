@@ -100,7 +100,6 @@ __all__ = [
     "WorkerDied",
     "WorkerError",
     "WorkerStartupError",
-    "__version__",
     "assert_fuzz_clean",
     "discover_and_load_custom_tools",
     "discover_custom_tool_paths",

@@ -1,41 +1,7 @@
-"""The authoring API for tool modules, also injected into factories as ``api.pi``.
+"""The authoring API as the worker defines it; documented, and imported by tools, as :mod:`xcsh_run.pi`.
 
-A tool module defines ``factory(api)`` and returns one or more `CustomTool`:
-
-```python
-from xcsh_run.pi import CustomTool, ToolAPI, ToolContext, AbortSignal
-
-def factory(api: ToolAPI) -> CustomTool:
-    def execute(tool_call_id: str, params: dict, on_update, ctx: ToolContext, signal: AbortSignal) -> str:
-        return f"hello {params['name']}"
-
-    return CustomTool(name="hello", label="Hello", description="Greets",
-                      parameters={"type": "object", "properties": {"name": {"type": "string"}},
-                                  "required": ["name"]},
-                      execute=execute)
-```
-
-**The factory contract.** The worker imports the module and calls
-``factory(api)`` once, with the worker's single `ToolAPI` (shared by every
-module the worker loads). The factory may be ``def`` or ``async def`` and
-returns:
-
-- one `CustomTool`;
-- a ``list`` or ``tuple`` of them (one module, several tools);
-- in place of any `CustomTool`, a ``dict`` with its keyword arguments.
-
-An entry that is none of these, or whose fields are invalid, is a load error
-for that entry alone (the others still load); a tool name defined twice keeps
-the first. A factory that raises (or a module that fails to import) is a
-``load_error`` naming the module, with the traceback. A plugin may name
-another attribute than ``factory`` (``module:attr``, see `docs/architecture.md`).
-
-Type annotations: `ToolAPI` (``api``), `UI` (``api.ui``), `ToolContext`
-(``ctx``), `AbortSignal` (``signal``) and `ExecResult` (what ``api.exec``
-returns) are importable from here, for annotations and an IDE's completion.
-
-This module imports only the standard library and msgspec: it runs inside the
-worker, never in the host.
+A factory receives this module as ``api.pi``. It imports only the standard
+library and msgspec: it runs inside the worker, never in the host.
 """
 
 from __future__ import annotations
