@@ -239,7 +239,7 @@ class RunnerSettings:
     """
 
     config: RunnerConfig
-    """The runner's options (see :class:`RunnerConfig`)."""
+    """The runner's options (see `RunnerConfig`)."""
     unenforced: list[str]
     """The parts of the runner's sandbox policy this machine cannot enforce (best effort)."""
 
