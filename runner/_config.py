@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final
 
-from xcsh_run._discovery import project_root
 from xcsh_run._errors import ConfigError
+from xcsh_run._project import project_root
 from xcsh_run._sandbox import SandboxPolicy, granted_policies
 from xcsh_run.worker import protocol as p
 

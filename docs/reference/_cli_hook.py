@@ -22,7 +22,7 @@ PAGE = "reference/cli.md"
 _SCRIPT = """
 import contextlib, io, json
 import typer
-from runner._cli import app, main
+from xcsh_run._cli.run import app, main
 
 def help_text(args):
     out = io.StringIO()

@@ -18,11 +18,11 @@ from xcsh_run import _startup  # noqa: F401
 
 if TYPE_CHECKING:
     from xcsh_run._calls.deadlines import DeadlineKeeper as DeadlineKeeper
+    from xcsh_run._calls.ladder import CancelLadder as CancelLadder
     from xcsh_run._calls.lifecycle import Calls as Calls
     from xcsh_run._calls.lifecycle import UpdateCallback as UpdateCallback
     from xcsh_run._calls.outcome import str_or_none as str_or_none
     from xcsh_run._calls.table import CallTable as CallTable
-    from xcsh_run._calls.table import CancelLadder as CancelLadder
 
 __all__ = [
     "CallTable",
@@ -38,7 +38,7 @@ __all__ = [
 _HOMES: dict[str, str] = {
     "CallTable": "table",
     "Calls": "lifecycle",
-    "CancelLadder": "table",
+    "CancelLadder": "ladder",
     "DeadlineKeeper": "deadlines",
     "UpdateCallback": "lifecycle",
     "str_or_none": "outcome",

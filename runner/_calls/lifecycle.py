@@ -43,8 +43,9 @@ import msgspec
 import trio
 
 from xcsh_run._calls.deadlines import DeadlineKeeper
+from xcsh_run._calls.ladder import DeliverCancel
 from xcsh_run._calls.outcome import deliverer, interpret, limits, log_end, not_sent, not_started, stopped
-from xcsh_run._calls.table import Call, CallTable, DeliverCancel
+from xcsh_run._calls.table import Call, CallTable
 from xcsh_run._config import check_seconds
 from xcsh_run._discovery import ArgumentValidator, SchemaProblem, ToolInfo
 from xcsh_run._errors import RemoteProtocolError, WorkerDied

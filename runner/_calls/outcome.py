@@ -151,7 +151,8 @@ def interpret(
 
 
 _FRAME: Final = re.compile(r'^\s*File "(?P<file>[^"]+)", line \d+ in \S+\s*$')
-_WORKER_DIR: Final = os.path.dirname(os.path.abspath(p.__file__)) + os.sep
+# The worker package (the protocol is its subpackage): its frames are not the tool's.
+_WORKER_DIR: Final = os.path.dirname(os.path.dirname(os.path.abspath(p.__file__))) + os.sep
 _STDLIB: Final = tuple(os.path.abspath(sysconfig.get_path(name)) + os.sep for name in ("stdlib", "platstdlib"))
 
 

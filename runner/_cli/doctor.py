@@ -19,7 +19,7 @@ import typer
 
 from xcsh_run._cli.app import app
 from xcsh_run._cli.options import CwdOpt, JsonOpt
-from xcsh_run._discovery import project_root
+from xcsh_run._project import project_root
 from xcsh_run._safe_text import json_text
 
 DEFAULT_LEVEL = "contained"

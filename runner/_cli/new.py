@@ -16,7 +16,7 @@ import typer
 
 from xcsh_run._cli.app import app
 from xcsh_run._cli.options import CwdOpt, fail
-from xcsh_run._discovery import project_root
+from xcsh_run._project import project_root
 
 PY_TOOL = '''"""{name}: a tool for xcsh-run.
 

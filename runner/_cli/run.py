@@ -42,8 +42,9 @@ from xcsh_run._cli.options import (
 from xcsh_run._cli.output import Status, emit_ndjson, print_text, requires_text, source_label, suggest_command, warn
 from xcsh_run._cli.tool_flags import lookup_tool, tool_flags
 from xcsh_run._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT
-from xcsh_run._discovery import project_root, show_builds_on_stderr
+from xcsh_run._discovery import show_builds_on_stderr
 from xcsh_run._host import CallStopper, Signals, open_runner
+from xcsh_run._project import project_root
 from xcsh_run._results import ToolResult
 from xcsh_run._safe_text import json_text, visible
 from xcsh_run._sandbox import SandboxPolicy
@@ -245,7 +246,7 @@ def describe_command(
 
 
 # The other commands register themselves on the app, after these three (the order `--help` lists).
-from xcsh_run._cli import new as _cli_new  # noqa: E402, F401
+from xcsh_run._cli import batch, commands, doctor, install_bun, new  # noqa: E402, F401
 
 
 def _with_default_command(argv: list[str]) -> list[str]:

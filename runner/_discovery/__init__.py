@@ -48,7 +48,6 @@ if TYPE_CHECKING:
     from xcsh_run._discovery.finder import ToolSource as ToolSource
     from xcsh_run._discovery.finder import discover_custom_tool_paths as discover_custom_tool_paths
     from xcsh_run._discovery.finder import expand as expand
-    from xcsh_run._discovery.finder import project_root as project_root
     from xcsh_run._discovery.finder import walk as walk
     from xcsh_run._discovery.schemas import ArgumentValidator as ArgumentValidator
     from xcsh_run._discovery.schemas import SchemaProblem as SchemaProblem
@@ -97,7 +96,6 @@ __all__ = [
     "locate",
     "metadata_file",
     "missing",
-    "project_root",
     "readable_for_drop",
     "runtime_for",
     "show_builds_on_stderr",
@@ -144,7 +142,6 @@ _HOMES: dict[str, str] = {
     "locate": "bun",
     "metadata_file": "catalog",
     "missing": "bun",
-    "project_root": "finder",
     "readable_for_drop": "tool_envs",
     "runtime_for": "tool_envs",
     "show_builds_on_stderr": "tool_envs",

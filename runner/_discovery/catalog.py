@@ -25,9 +25,10 @@ import trio
 
 from xcsh_run._config import RunnerConfig
 from xcsh_run._discovery.cache import CachedLoad, ModuleCache, fingerprint
-from xcsh_run._discovery.finder import Candidate, Discovery, Shadowed, ToolSource, collect, locate_project, walk
+from xcsh_run._discovery.finder import Candidate, Discovery, Shadowed, ToolSource, collect, walk
 from xcsh_run._discovery.schemas import ArgumentValidator, SchemaProblem
 from xcsh_run._discovery.unknown_tool import unknown_tool
+from xcsh_run._project import locate_project
 from xcsh_run._results import ToolResult
 from xcsh_run._sandbox import SandboxPolicy, reaches, ungranted_note, withheld_note
 from xcsh_run._version import __version__

@@ -73,7 +73,7 @@ from xcsh_run._discovery.bun import JsRuntime
 from xcsh_run._discovery.cache import default_dir
 from xcsh_run._discovery.finder import Candidate
 from xcsh_run._discovery.script_meta import ScriptMeta, ScriptMetaError
-from xcsh_run._sandbox import project_folder
+from xcsh_run._sandbox import WORKER_SIDE_MODULES, project_folder
 from xcsh_run._terminal import SafeFormatter, verbose_on_stderr
 from xcsh_run.worker import protocol as p
 
@@ -147,15 +147,10 @@ def base_python() -> str:
     return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
 
 
-# What of the host's package a worker imports (rule 1 of ``xcsh_run``).
-_WORKER_SIDE_FILES: Final = ("__init__.py", "pi.py")
-
-
 @functools.cache
 def _host_dir() -> str:
-    import xcsh_run
-
-    return os.path.realpath(os.path.dirname(xcsh_run.__file__))
+    # The folder of the `xcsh_run` package: this module is its _discovery/tool_envs.py.
+    return os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @functools.cache
@@ -412,7 +407,7 @@ def _link_worker(env: ToolEnv) -> None:
     # the worker's package. The rest of the host stays out of the tool's interpreter.
     package = os.path.join(link_dir, "xcsh_run")
     os.makedirs(package, exist_ok=True)
-    for name in _WORKER_SIDE_FILES:
+    for name in WORKER_SIDE_MODULES:
         os.symlink(os.path.join(_host_dir(), name), os.path.join(package, name))
     os.symlink(_worker_dir(), os.path.join(package, "worker"))
     with open(os.path.join(_site_packages(env.path), _PTH), "w", encoding="utf-8") as f:

@@ -25,28 +25,25 @@ from typing import Any, Final
 
 import trio
 
-from xcsh_run._calls import Calls, CallTable, CancelLadder, DeadlineKeeper
-from xcsh_run._calls import UpdateCallback as UpdateCallback
+from xcsh_run._calls import Calls, CallTable, CancelLadder, DeadlineKeeper, UpdateCallback
 from xcsh_run._config import (
     DEFAULT_FORKSERVER,
+    DEFAULT_GRACE,
     DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_LOAD_TIMEOUT,
     DEFAULT_MAX_CALLS_PER_WORKER,
     DEFAULT_MAX_WORKER_RSS_MB,
     DEFAULT_QUEUE_TIMEOUT,
     DEFAULT_SPARE_WORKERS,
+    DEFAULT_TIMEOUT,
     RunnerConfig,
     RunnerSettings,
 )
-from xcsh_run._config import DEFAULT_GRACE as DEFAULT_GRACE
-from xcsh_run._config import DEFAULT_LOAD_TIMEOUT as DEFAULT_LOAD_TIMEOUT
-from xcsh_run._config import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT
-from xcsh_run._discovery import BUILTIN_MODULE, Catalog, ModuleCache, default_dir
-from xcsh_run._discovery import LoadError as LoadError
-from xcsh_run._discovery import ToolInfo as ToolInfo
+from xcsh_run._discovery import BUILTIN_MODULE, Catalog, LoadError, ModuleCache, ToolInfo, default_dir
 from xcsh_run._errors import ConfigError
 from xcsh_run._host.host_api import HostBridge, UIContext, log
 from xcsh_run._host.host_limits import HostLimits, host_limits, watch_host_limits
-from xcsh_run._host.statistics import RunnerStatistics as RunnerStatistics
+from xcsh_run._host.statistics import RunnerStatistics
 from xcsh_run._pool import Housekeeping, Loader, PoolRules, ProcessFactory, WorkerFactory, WorkerPool
 from xcsh_run._process import CgroupRoot, TeardownStats, sweep_stale_workdirs
 from xcsh_run._results import ErrorKind, ToolResult, error_result

@@ -39,7 +39,7 @@ from typing import Final
 
 import trio
 
-from xcsh_run._config import DEFAULT_MAX_MESSAGE_BYTES as DEFAULT_MAX_MESSAGE_BYTES
+from xcsh_run._config import DEFAULT_MAX_MESSAGE_BYTES
 from xcsh_run._mcp.wire import Incoming, Malformed, RequestId, classify, error_line, recover_id, valid_id
 from xcsh_run.worker.protocol import ErrorCode
 

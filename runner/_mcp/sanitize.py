@@ -29,7 +29,8 @@ from xcsh_run._results import ErrorInfo
 # colon (URLs) or another slash, up to a space, a quote, a bracket or ':'
 # (so that "tool.py:12" keeps its line number).
 _PATH: Final = re.compile(r"(?<![\w.:/~-])/[^\s'\"`()<>\[\]{},;:]+")
-_INSTALL: Final = str(Path(__file__).resolve().parent.parent)
+# Where xcsh-run is installed: the folder holding the package (site-packages, or a checkout).
+_INSTALL: Final = str(Path(__file__).resolve().parents[2])
 
 
 class Sanitizer:

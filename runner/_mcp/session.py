@@ -72,7 +72,6 @@ from typing import Any, Final
 
 import trio
 
-from xcsh_run._config import DEFAULT_MAX_MESSAGE_BYTES as DEFAULT_MAX_MESSAGE_BYTES
 from xcsh_run._discovery import ToolInfo
 from xcsh_run._mcp.elicit import Answer, Asker, can_elicit, can_sample, is_answer
 from xcsh_run._mcp.line_transport import RequestId, error_line, valid_id
@@ -99,7 +98,6 @@ from xcsh_run._mcp.methods import RpcError as _RpcError
 from xcsh_run._mcp.names import rename_listed
 from xcsh_run._mcp.render import INSTRUCTIONS, Progress, render_result, render_tools
 from xcsh_run._mcp.request import McpRequest as _Request
-from xcsh_run._mcp.server import DEFAULT_POLL_INTERVAL as DEFAULT_POLL_INTERVAL
 from xcsh_run._mcp.server import Outbox, ToolServer
 from xcsh_run._mcp.wire import Batch, Incoming, Malformed
 from xcsh_run._results import ErrorKind, error_result

@@ -1,4 +1,4 @@
-"""The real worker factory: a ``WorkerProcess`` in its own boundary and private workdir.
+"""The real worker factory: a ``WorkerLink`` in its own boundary and private workdir.
 
 The pool asks it for workers through the :class:`~xcsh_run._pool.worker_pool.WorkerFactory`
 seam; it owns what outlives single workers: the runner's cgroup root and the
@@ -16,7 +16,7 @@ import trio
 
 from xcsh_run._discovery import JsRuntime, ToolEnv, js_env, readable_for_drop
 from xcsh_run._errors import WorkerStartupError
-from xcsh_run._pool.link import NotificationHandler, RequestHandler, WorkerProcess
+from xcsh_run._pool.link import NotificationHandler, RequestHandler, WorkerLink
 from xcsh_run._process import (
     Boundary,
     CgroupRoot,
@@ -119,7 +119,7 @@ class ProcessFactory:
         *,
         has_ui: bool,
         tool_env: ToolEnv | JsRuntime | None = None,
-    ) -> WorkerProcess:
+    ) -> WorkerLink:
         """A started worker under ``policy``, in its own boundary and private workdir.
 
         ``module`` names the tool module for strict's Landlock rules (the
@@ -127,7 +127,7 @@ class ProcessFactory:
         ``tool_env`` the worker runs on that environment's interpreter, started
         anew (a zygote runs the host's), and strict lets it read the environment.
         With a ``JsRuntime`` the worker hands over to Bun after its sandbox (``xcsh_run.worker._runtime.handoff``).
-        Raises what :meth:`WorkerProcess.start` raises, WorkerStartupError for a
+        Raises what :meth:`WorkerLink.start` raises, WorkerStartupError for a
         host-side failure (no disk for the workdir, no cgroup), or ConfigError for a bad policy.
         """
         module = module if module is not None else self._cwd
@@ -174,7 +174,7 @@ class ProcessFactory:
                 raise WorkerStartupError(f"could not start a worker for {module} ({what}): {exc}") from exc
             raise
         # From here on the worker owns the workdir and the boundary.
-        return await WorkerProcess.start(
+        return await WorkerLink.start(
             self._nursery,
             module=module,
             cwd=self._cwd,

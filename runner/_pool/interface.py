@@ -1,6 +1,6 @@
 """What the pool and the call layer use of a worker: :class:`PoolWorker`, and :class:`InFlight`.
 
-:class:`xcsh_run._pool.link.WorkerProcess` is the real thing; tests of the pool and of
+:class:`xcsh_run._pool.link.WorkerLink` is the real thing; tests of the pool and of
 a call's lifecycle code fakes against this protocol instead of starting
 processes. A fake answers requests by resolving the :class:`InFlight` handles
 it hands out (``set_result`` / ``set_error``), exactly as the real adapter does

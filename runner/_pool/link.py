@@ -1,4 +1,4 @@
-"""WorkerProcess: the worker protocol spoken over one worker process's pipes, under trio.
+"""WorkerLink: the worker protocol spoken over one worker process's pipes, under trio.
 
 The process itself (spawn, pidfd, boundary, kill, output tails, and the rules
 that keep them safe) is :class:`xcsh_run._process.supervised.SupervisedProcess`; the
@@ -52,7 +52,7 @@ __all__ = [
     "RemoteRequestRefused",
     "RequestHandler",
     "TeardownStats",
-    "WorkerProcess",
+    "WorkerLink",
 ]
 
 P = TypeVar("P")
@@ -62,12 +62,12 @@ _ids = itertools.count(1)
 _SCRATCH_BYTES: Final = 1 << 16  # a read of a small message; a larger one is read into its own buffer
 _GONE: Final = (p.State.CLOSED, p.State.ERROR)
 
-RequestHandler = Callable[["WorkerProcess", p.RequestReceived], Awaitable[Any]]
+RequestHandler = Callable[["WorkerLink", p.RequestReceived], Awaitable[Any]]
 """Answers one of the worker's requests (typed params); its return value is the result."""
-NotificationHandler = Callable[["WorkerProcess", p.NotificationReceived], None]
+NotificationHandler = Callable[["WorkerLink", p.NotificationReceived], None]
 
 
-class WorkerProcess:
+class WorkerLink:
     """One live worker, made by :meth:`start`: its process, and the protocol connection over its pipes."""
 
     def __init__(self, process: SupervisedProcess, *, max_frame_bytes: int) -> None:
@@ -90,7 +90,7 @@ class WorkerProcess:
 
     def __repr__(self) -> str:
         state = "dead" if self.process.dead else "alive" if self.alive else "failed"
-        return f"<WorkerProcess pid={self.pid} module={os.path.basename(self.module)!r} {state}>"
+        return f"<WorkerLink pid={self.pid} module={os.path.basename(self.module)!r} {state}>"
 
     @classmethod
     async def start(
@@ -112,7 +112,7 @@ class WorkerProcess:
         forkserver: ForkServer | None = None,
         python: str | None = None,
         worker_args: Sequence[str] = (),
-    ) -> WorkerProcess:
+    ) -> WorkerLink:
         """Spawn a worker, attach it to ``boundary`` and run the handshake.
 
         The worker owns ``boundary`` and ``workdir`` from here on (removed when
@@ -498,5 +498,5 @@ async def _outcome(inflight: InFlight[R]) -> R:
 
 if TYPE_CHECKING:
 
-    def _is_a_pool_worker(worker: WorkerProcess) -> PoolWorker:
+    def _is_a_pool_worker(worker: WorkerLink) -> PoolWorker:
         return worker

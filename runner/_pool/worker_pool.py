@@ -22,7 +22,7 @@ Rules this module keeps (each one is a bug we do not want back):
    for, bounded, before anything is torn down.
 
 Workers come from a :class:`WorkerFactory`: the real one starts
-``WorkerProcess`` (:class:`ProcessFactory`); tests inject fakes.
+``WorkerLink`` (:class:`ProcessFactory`); tests inject fakes.
 """
 
 from __future__ import annotations

@@ -37,9 +37,11 @@ if TYPE_CHECKING:
     from xcsh_run._sandbox.policy import probe as probe
     from xcsh_run._sandbox.policy import weakened as weakened
     from xcsh_run._sandbox.policy import worker_config as worker_config
+    from xcsh_run._sandbox.strict_paths import WORKER_SIDE_MODULES as WORKER_SIDE_MODULES
     from xcsh_run._sandbox.strict_paths import project_folder as project_folder
 
 __all__ = [
+    "WORKER_SIDE_MODULES",
     "DROPPED_ENV",
     "HOST_ONLY_ENV",
     "LEVELS",
@@ -65,6 +67,7 @@ __all__ = [
 # Each name is imported from its module on first use (PEP 562): importing one module of this
 # package never loads the others, and a cold process pays only for what it touches.
 _HOMES: dict[str, str] = {
+    "WORKER_SIDE_MODULES": "strict_paths",
     "DROPPED_ENV": "policy",
     "HOST_ONLY_ENV": "policy",
     "LEVELS": "policy",

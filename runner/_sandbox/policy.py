@@ -29,7 +29,7 @@ import msgspec
 
 from xcsh_run._errors import ConfigError
 from xcsh_run._safe_read import UnsafeFile, read_capped, remove_replaced, write_replacing
-from xcsh_run._sandbox.strict_paths import executables, project_folder, python_paths, worker_packages
+from xcsh_run._sandbox.strict_paths import executables, project_folder, python_paths, worker_files, worker_packages
 from xcsh_run.worker import protocol as p
 
 Level = Literal["none", "contained", "strict"]
@@ -210,7 +210,9 @@ def _measure(cgroup_v2: bool, memory_cgroup: bool, pids_cgroup: bool) -> Probe:
         # runs on (base_prefix: a venv may copy its interpreter out of a private
         # folder such as /root), and the worker package with its msgspec (an
         # editable install maps it from a checkout) must all be reachable by nobody.
-        drop_uid_ok=euid == 0 and all(map(_world_runnable, (sys.executable, sys.prefix, sys.base_prefix, *packages))),
+        drop_uid_ok=euid == 0
+        and all(map(_world_runnable, (sys.executable, sys.prefix, sys.base_prefix, *packages)))
+        and all(_world_runnable(f, need=stat.S_IROTH) for f in worker_files()),
     )
 
 

@@ -26,6 +26,27 @@ def worker_packages() -> list[str]:
     return [os.path.dirname(worker.__file__), os.path.dirname(_msgspec.__file__)]
 
 
+# What a worker imports of the host's package: its lazy face (the parent of
+# ``xcsh_run.worker``, which loads nothing until asked) and the authoring API's
+# public name. The rest of the host's folder stays unreadable.
+WORKER_SIDE_MODULES = ("__init__.py", "pi.py")
+
+
+def worker_files() -> list[str]:
+    """The host package's files a worker imports, with their bytecode where it was compiled."""
+    import importlib.util
+
+    host = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this module is _sandbox/strict_paths.py
+    files: list[str] = []
+    for name in WORKER_SIDE_MODULES:
+        source = os.path.join(host, name)
+        files.append(source)
+        compiled = importlib.util.cache_from_source(source)
+        if os.path.exists(compiled):
+            files.append(compiled)
+    return files
+
+
 def _site_dirs() -> list[str]:
     """The site-packages of the venv and of the interpreter it was made from (purelib and platlib of both).
 
@@ -81,6 +102,7 @@ def python_paths() -> list[str]:
     # The worker package and its one dependency, wherever they are installed
     # (an editable install maps them from a checkout, whose other files stay closed).
     paths += worker_packages()
+    paths += worker_files()
     # A re-executed interpreter (multiprocessing's spawn) finds its venv through this file.
     paths.append(os.path.join(sys.prefix, "pyvenv.cfg"))
     # The interpreter's own library folder: a conda, /usr/local or Homebrew

@@ -20,8 +20,9 @@ from typing import Any, Literal
 import trio
 
 from xcsh_run._calls.deadlines import DeadlineKeeper
+from xcsh_run._calls.ladder import CancelLadder
 from xcsh_run._calls.lifecycle import Calls
-from xcsh_run._calls.table import CallTable, CancelLadder
+from xcsh_run._calls.table import CallTable
 from xcsh_run._config import RunnerConfig
 from xcsh_run._discovery.catalog import Catalog, ToolInfo
 from xcsh_run._discovery.finder import Candidate, ToolSource

@@ -20,12 +20,11 @@ import os
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
 import pytest
 
+from tests._support.clis import Outcome, collect, describe
 from tests._support.leftovers import cgroup_dirs, remove_cgroups, workdirs
 from tests._support.scale import scaled
 from tests.conftest import TOOLS, XCSH_RUN, marked_processes
@@ -36,39 +35,6 @@ ROUNDS = scaled(2, 10)
 # workers); 30 of them on 2 loaded cores take 15-40 s. The deadline is for a
 # hang, not for slowness.
 ROUND_DEADLINE = 150.0
-
-
-@dataclass
-class Outcome:
-    index: int
-    pid: int
-    returncode: int | None
-    stdout: str
-    stderr: str
-    seconds: float
-    hung: bool = False
-    tree: str = ""
-
-
-def _tree(pid: int) -> str:
-    """The process tree under ``pid``: pids, states, what each waits in, command lines."""
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return f"  {pid}: gone"
-    lines = []
-    for proc in procs:
-        try:
-            with open(f"/proc/{proc.pid}/wchan") as f:
-                wchan = f.read().strip()
-        except OSError:
-            wchan = "?"
-        try:
-            lines.append(f"  {proc.pid} [{proc.status()}, wchan {wchan}] {' '.join(proc.cmdline())[:200]}")
-        except psutil.Error:
-            lines.append(f"  {proc.pid}: gone")
-    return "\n".join(lines)
 
 
 def _run_round(tools: Path, env: dict[str, str], round_no: int, deadline: float) -> list[Outcome]:
@@ -84,42 +50,7 @@ def _run_round(tools: Path, env: dict[str, str], round_no: int, deadline: float)
         )
         for i in range(PROCESSES)
     ]
-    outcomes: list[Outcome] = []
-    try:
-        for i, proc in enumerate(procs):
-            remaining = max(0.1, started + deadline - time.monotonic())
-            try:
-                out, err = proc.communicate(timeout=remaining)
-            except subprocess.TimeoutExpired:
-                tree = _tree(proc.pid)
-                # Every thread's Python stack, on its stderr, before it dies.
-                proc.send_signal(signal.SIGABRT)
-                try:
-                    out, err = proc.communicate(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    out, err = proc.communicate(timeout=10)
-                outcomes.append(Outcome(i, proc.pid, None, out, err, time.monotonic() - started, True, tree))
-                continue
-            outcomes.append(Outcome(i, proc.pid, proc.returncode, out, err, time.monotonic() - started))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    return outcomes
-
-
-def _describe(outcome: Outcome) -> str:
-    what = "HUNG" if outcome.hung else f"exit {outcome.returncode}"
-    text = f"CLI #{outcome.index} (pid {outcome.pid}): {what} after {outcome.seconds:.1f} s"
-    if outcome.tree:
-        text += f"\n process tree at the deadline:\n{outcome.tree}"
-    if outcome.stdout:
-        text += f"\n stdout: {outcome.stdout[-500:]!r}"
-    if outcome.stderr:
-        text += "\n stderr:\n" + "\n".join("  " + line for line in outcome.stderr.splitlines()[-60:])
-    return text
+    return collect(procs, started, deadline)
 
 
 @pytest.mark.stress
@@ -166,7 +97,7 @@ def test_concurrent_cli_processes_with_a_shared_cold_cache(tmp_path: Path) -> No
         if left_workdirs:
             problems.append(f"workdirs left behind in {tmpdir}: {left_workdirs}")
         if problems:
-            details = "\n\n".join(_describe(o) for o in (hung + wrong)[:10])
+            details = "\n\n".join(describe(o) for o in (hung + wrong)[:10])
             pytest.fail(f"round {round_no + 1} of {ROUNDS}: " + "; ".join(problems) + "\n\n" + details)
         slowest.append(max(o.seconds for o in outcomes))
     # The cache was really shared: the CLIs wrote it (an empty cache dir would mean it was never used).

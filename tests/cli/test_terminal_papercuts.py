@@ -7,17 +7,10 @@ the pty as its controlling terminal), and Ctrl-C is the byte a keyboard sends
 
 from __future__ import annotations
 
-import os
-import pty
-import re
-import select
-import signal
 import time
 from pathlib import Path
 
-import pytest
-
-from tests.conftest import XCSH_RUN
+from tests._support.ptys import DEADLINE, Terminal
 
 STUBBORN = """
 import os
@@ -49,72 +42,6 @@ def factory(api):
     return {"name": "picker", "label": "Picker", "description": "Asks for a colour.",
             "parameters": {"type": "object"}, "execute": execute}
 """
-
-DEADLINE = 30.0
-
-
-class Terminal:
-    """The CLI in a pseudo-terminal: what it wrote (stdout and stderr both), and its exit status."""
-
-    def __init__(self, cwd: Path, *args: str) -> None:
-        pid, fd = pty.fork()
-        if pid == 0:  # the child: exec, or exit without running the parent's code
-            try:
-                os.chdir(cwd)
-                os.execv(XCSH_RUN, [XCSH_RUN, *args])
-            finally:
-                os._exit(127)
-        self.pid, self.fd = pid, fd
-        self.seen = b""
-        self.status: int | None = None
-
-    def _read(self, wait: float) -> None:
-        ready, _, _ = select.select([self.fd], [], [], wait)
-        if ready:
-            try:
-                self.seen += os.read(self.fd, 65536)
-            except OSError:  # EIO: the child closed its end (it exited)
-                pass
-
-    def expect(self, pattern: str, timeout: float = DEADLINE) -> None:
-        deadline = time.monotonic() + timeout
-        while not re.search(pattern.encode(), self.seen):
-            if time.monotonic() > deadline or self.poll() is not None:
-                self._read(0.2)  # what it wrote before it ended
-                if re.search(pattern.encode(), self.seen):
-                    return
-                pytest.fail(f"{pattern!r} not seen within {timeout} s (exit {self.status}); output:\n{self.text}")
-            self._read(0.1)
-
-    def send(self, data: bytes) -> None:
-        os.write(self.fd, data)
-
-    def poll(self) -> int | None:
-        if self.status is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                self.status = os.waitstatus_to_exitcode(status)
-        return self.status
-
-    def wait(self, timeout: float) -> int:
-        deadline = time.monotonic() + timeout
-        while self.poll() is None:
-            if time.monotonic() > deadline:
-                pytest.fail(f"the CLI did not exit within {timeout} s; output:\n{self.text}")
-            self._read(0.05)
-        self._read(0.1)
-        assert self.status is not None
-        return self.status
-
-    @property
-    def text(self) -> str:
-        return self.seen.decode(errors="replace")
-
-    def close(self) -> None:
-        if self.poll() is None:
-            os.kill(self.pid, signal.SIGKILL)
-            os.waitpid(self.pid, 0)
-        os.close(self.fd)
 
 
 def _gone(pid: int) -> bool:

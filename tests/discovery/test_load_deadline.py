@@ -24,9 +24,9 @@ from typing import Literal
 import pytest
 import trio
 
+from tests._support.clis import Outcome, collect, describe
 from tests._support.leftovers import cgroup_dirs, remove_cgroups, workdirs
 from tests._support.scale import STRESS, scaled
-from tests.cli.test_cli_load import Outcome, _describe, _tree
 from tests.conftest import BROKEN, TOOLS, XCSH_RUN, make_runner, marked_processes
 from xcsh_run import ConfigError, RunnerConfig
 from xcsh_run._pool.load_deadline import LoadDeadline
@@ -283,28 +283,7 @@ def _run_all(tools: Path, env: dict[str, str], deadline: float) -> list[Outcome]
         )
         for i in range(PROCESSES)
     ]
-    outcomes: list[Outcome] = []
-    try:
-        for i, proc in enumerate(procs):
-            try:
-                out, err = proc.communicate(timeout=max(0.1, started + deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                tree = _tree(proc.pid)
-                proc.send_signal(signal.SIGABRT)  # every thread's Python stack, on its stderr
-                try:
-                    out, err = proc.communicate(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    out, err = proc.communicate(timeout=10)
-                outcomes.append(Outcome(i, proc.pid, None, out, err, time.monotonic() - started, True, tree))
-                continue
-            outcomes.append(Outcome(i, proc.pid, proc.returncode, out, err, time.monotonic() - started))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    return outcomes
+    return collect(procs, started, deadline)
 
 
 QUICK_PY = """
@@ -366,7 +345,7 @@ def test_concurrent_cold_clis_beside_cpu_hogs_all_answer(tmp_path: Path) -> None
         f"{len(answered)} answered in {wall:.1f} s (slowest {max(o.seconds for o in outcomes):.1f} s)"
     )
     assert not wrong, f"{len(wrong)} of {PROCESSES} CLIs did not answer cleanly\n\n" + "\n\n".join(
-        _describe(o) for o in wrong[:10]
+        describe(o) for o in wrong[:10]
     )
     assert not left_processes, left_processes
     assert not left_cgroups, left_cgroups

@@ -22,8 +22,8 @@ import trio
 
 from tests._support.mcp_clients import DEADLINE, open_session
 from tests.conftest import TOOLS, XCSH_RUN
+from tests.fixtures.tools.content import BLOCKS, PNG, WAV
 from tests.mcp.test_mcp import RawServer, error_of, raw_server, text_of
-from tests.tools.content import BLOCKS, PNG, WAV
 from xcsh_run import open_runner
 
 CONTENT = str(TOOLS / "content.py")

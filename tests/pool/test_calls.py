@@ -165,7 +165,7 @@ async def test_worker_surroundings() -> None:
         async with make_runner(TOOLS / "basic.py") as runner:
             result = await runner.call_tool("environment")
     d = result.details
-    assert d["modules"] == []  # no trio, runner, typer or psutil inside a worker
+    assert d["modules"] == []  # no trio, typer, psutil or host module of xcsh_run inside a worker
     assert d["stdin"] == "/dev/null" and d["stdin_read"] == ""
     assert d["isatty"] == [False, False, False]
     assert d["sid"] == d["pid"]  # its own session

@@ -68,7 +68,7 @@ VICTIM = """
 
 ATTACKER = """
     import os, threading, time
-    from worker import _protocol as p
+    from xcsh_run.worker import protocol as p
     from xcsh_run.pi import CustomTool
 
     IDS = [f"{kind}-{n}" for kind in ("call", "sync", "mcp", "cli") for n in range(1, 51)]
@@ -187,7 +187,7 @@ async def test_a_tool_cannot_abort_another_clients_call_over_mcp(tmp_path: Path)
 # --- 6. what the host keeps for a worker is bounded ---------------------------------------
 
 PUSHER = """
-    from worker import _protocol as p
+    from xcsh_run.worker import protocol as p
     from xcsh_run.pi import CustomTool
 
     def factory(api):
@@ -263,7 +263,7 @@ async def test_pending_actions_are_capped_per_worker_and_in_all(tmp_path: Path) 
 
 
 LOGGER = """
-    from worker import _protocol as p
+    from xcsh_run.worker import protocol as p
     from xcsh_run.pi import CustomTool
 
     def factory(api):
@@ -293,7 +293,7 @@ async def test_log_records_are_cut_and_stay_with_their_own_call(
 
 ASKER = """
     import threading, time
-    from worker import _protocol as p
+    from xcsh_run.worker import protocol as p
     from xcsh_run.pi import CustomTool
 
     def factory(api):

@@ -117,7 +117,14 @@ def test_host_sys_path_is_not_the_read_list(tmp_path: Path, monkeypatch: pytest.
     granted = python_paths()
     assert not any(p == str(home) or str(home).startswith(p + "/") for p in granted), granted
     assert "/usr" not in granted and "/" not in granted
-    assert os.path.dirname(sys.modules["worker"].__file__ or "") in granted
+    assert os.path.dirname(sys.modules["xcsh_run.worker"].__file__ or "") in granted
+    # Of the host's own package, only the two files a worker imports (its lazy face and the authoring
+    # API's name) are readable: never its folder, and so none of the host's code.
+    host = os.path.dirname(sys.modules["xcsh_run"].__file__ or "")
+    assert host not in granted, granted
+    mine = sorted(p for p in granted if p.startswith(host + os.sep))
+    assert {os.path.basename(p) for p in mine if p.endswith(".py")} == {"__init__.py", "pi.py"}, mine
+    assert all(os.path.dirname(p) in (host, os.path.join(host, "__pycache__")) for p in mine), mine
 
 
 # --- 3. exec -------------------------------------------------------------------------------
@@ -262,8 +269,9 @@ def world_python() -> Iterator[Path]:
     venv, lib = base / "venv", base / "lib"
     subprocess.run([DEBIAN_PYTHON, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
     lib.mkdir()
-    for package in ("runner", "worker"):
-        shutil.copytree(ROOT / package, lib / package, ignore=shutil.ignore_patterns("__pycache__"))
+    # As a wheel installs them: runner/ is the package xcsh_run, worker/ its subpackage xcsh_run.worker.
+    shutil.copytree(ROOT / "runner", lib / "xcsh_run", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "worker", lib / "xcsh_run" / "worker", ignore=shutil.ignore_patterns("__pycache__"))
     import importlib.util
 
     for name in HOST_DEPS:
@@ -279,7 +287,7 @@ def world_python() -> Iterator[Path]:
     (site / "xcsh_run_test.pth").write_text(f"{lib}\n")
     subprocess.run(["chmod", "-R", "a+rX", str(base)], check=True)
     python = venv / "bin" / "python"
-    check = subprocess.run([str(python), "-I", "-c", "import xcsh_run, worker, msgspec, trio, psutil"],
+    check = subprocess.run([str(python), "-I", "-c", "import xcsh_run, xcsh_run.worker, msgspec, trio, psutil"],
                            capture_output=True, timeout=60)  # fmt: skip
     if check.returncode != 0:
         shutil.rmtree(base, ignore_errors=True)

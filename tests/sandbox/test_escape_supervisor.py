@@ -340,7 +340,7 @@ async def test_a_tool_cannot_kill_its_supervisor(tmp_path: Path, level: Level) -
 # supervisor the worker starts with no cgroup.kill fd.
 NO_CGROUP = """
 import os, sys, time
-from worker import _supervisor
+from xcsh_run.worker._runtime import supervisor as _supervisor
 r, w = os.pipe()
 worker = os.fork()
 if worker == 0:

@@ -24,7 +24,7 @@ import trio
 
 from tests.conftest import MACHINE, TOOLS, make_runner, needs_strict
 from xcsh_run import Runner, SandboxPolicy, SandboxUnavailable
-from xcsh_run._process.forkserver import supported as forkserver_supported
+from xcsh_run._process import forkserver_supported
 
 ESCAPE = TOOLS / "escape.py"
 LIMITS = TOOLS / "limits.py"

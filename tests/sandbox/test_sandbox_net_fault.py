@@ -20,7 +20,7 @@ from tests.conftest import needs_strict
 PROBE = textwrap.dedent(
     """
     import errno, json, socket, sys
-    from worker import _sandbox
+    from xcsh_run.worker._sandbox import apply as _sandbox
     from xcsh_run.worker.protocol.methods import SandboxConfig
 
     def refused(*args, **kwargs):

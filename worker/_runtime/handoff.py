@@ -47,7 +47,7 @@ class JsLaunch(msgspec.Struct, frozen=True):
     def bunfig(self) -> str:
         # The worker's empty config, whatever main is: with -c, the bunfig.toml
         # of the directory a tool runs in (preloads, plugins) is never read.
-        return os.path.join(os.path.dirname(os.path.abspath(__file__)), "js", "bunfig.toml")
+        return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "js", "bunfig.toml")
 
     def argv(self) -> list[str]:
         # "--config=PATH" in one word: Bun takes "-c PATH" as "-c" and a script named PATH.

@@ -26,8 +26,7 @@ import msgspec
 from xcsh_run.worker._runtime.channel import Channel
 from xcsh_run.worker._runtime.tool_module import LoadedTool, ResultError, normalize_result
 from xcsh_run.worker._sandbox import explain as _explain
-from xcsh_run.worker._tool_api import AbortSignal, HostLink, ToolCancelled
-from xcsh_run.worker._tool_api import Ctx as Ctx
+from xcsh_run.worker._tool_api import AbortSignal, Ctx, HostLink, ToolCancelled
 from xcsh_run.worker.pi import ToolError
 from xcsh_run.worker.protocol import MAX_NESTING, ErrorCode, ErrorObject, encode_value, error_object
 from xcsh_run.worker.protocol import methods as m

@@ -32,8 +32,10 @@ from typing import Any, NoReturn
 
 import msgspec
 
+# Loaded here once, so that every fork inherits them.
 from xcsh_run.worker._runtime import loop as _loop
-from xcsh_run.worker._runtime import supervisor as _supervisor  # noqa: F401 - loaded here once so that every fork inherits them
+from xcsh_run.worker._runtime import supervisor as _supervisor  # noqa: F401
+from xcsh_run.worker._sandbox import apply as _apply  # noqa: F401
 
 MAX_REQUEST = 1 << 20
 EXIT_SETUP = 127
@@ -138,6 +140,6 @@ def _become_worker(sock: socket.socket, request: Fork, fds: list[int]) -> NoRetu
     os.chdir(request.cwd)
     os.environ.clear()
     os.environ.update(request.env)
-    main = os.path.join(os.path.dirname(os.path.abspath(__file__)), "__main__.py")
+    main = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "__main__.py")
     sys.argv = [main, "--fd-in", str(to_r), "--fd-out", str(from_w)]
     _loop.main(sys.argv[1:])

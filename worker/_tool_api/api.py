@@ -20,7 +20,7 @@ import msgspec
 
 from xcsh_run.worker._tool_api.abort_signal import AbortSignal
 from xcsh_run.worker._tool_api.exec import ExecResult, exec_async, exec_sync
-from xcsh_run.worker._tool_api.host_link import HostLink as HostLink
+from xcsh_run.worker._tool_api.host_link import HostLink
 from xcsh_run.worker._tool_api.ui import UI, loop_running, ready
 from xcsh_run.worker.protocol import methods as m
 

@@ -3,6 +3,10 @@
  * (worker/_runtime/handoff.py) has checked the host's `initialize`, entered the boundary
  * and applied the sandbox, and exec'd Bun in its place with the handoff in
  * XCSH_WORKER_INIT. This side answers `initialize` and serves everything after it.
+ * The protocol's bookkeeping (ids, outstanding and unanswered requests, the
+ * lifecycle, refusals) is the Connection's (connection.ts, as
+ * worker/protocol/connection.py is the Python worker's): this file moves its
+ * messages and frames, and serves the requests it hands over.
  *
  * Threads: the main thread runs tool code and everything else; the reader thread
  * (reader.ts) reads fd_in at all times and takes the lifeline on its own, since a
@@ -20,11 +24,12 @@
 import * as fs from "node:fs";
 import { type WorkerApi, makeApi } from "./api.ts";
 import { Call, type CallDeps, FrameOverLimit, type Outcome, failure, startCall } from "./calls.ts";
-import { Code, DEFAULT_MAX_FRAME_BYTES, type ErrorObject, type Id, type Message, encodeFrame, errorObject } from "./frames.ts";
+import { Connection, type Event, LocalProtocolError, RemoteProtocolError } from "./connection.ts";
+import { Code, DEFAULT_MAX_FRAME_BYTES, type ErrorObject, type Id, type Message, errorObject } from "./frames.ts";
 import type { HostLink } from "./hostlink.ts";
 import { leadsGroup, lifeline, say } from "./lifeline.ts";
 import { type LoadedTool, WORKER_DIR, loadTools, toolRoot } from "./loader.ts";
-import { NOTICES, REQUESTS, State, checkParams, quoted } from "./methods.ts";
+import { quoted } from "./methods.ts";
 import { ProcessExit, errorMessage, errorType } from "./results.ts";
 import { handleRender, handleResolve, handleSession } from "./hooks.ts";
 import { setUndumpable } from "./undumpable.ts";
@@ -81,13 +86,12 @@ const KILL_FD = Number.isInteger(init.kill_fd) ? (init.kill_fd as number) : -1;
 const LEADER = leadsGroup();
 const MAX_FRAME = Number(init.params.max_frame_bytes ?? DEFAULT_MAX_FRAME_BYTES);
 
-// --- the connection: state, ids, writing -------------------------------------------
-let state = State.READY;
+// --- the connection (connection.ts: ids, outstanding and unanswered requests, the lifecycle) and its I/O
+const conn = new Connection("worker", MAX_FRAME);
 let hasUI = init.params.has_ui === true;
-const unanswered = new Set<Id>(); // host requests queued or being served
-const outstanding = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
-let lastId = 0;
-const queue: { id: Id; method: string; params: Record<string, any> }[] = [];
+// The worker's own requests waiting for the host's answer, by the id the Connection gave them.
+const waiters = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
+const queue: { id: Id; method: string; params: Record<string, any> }[] = []; // host requests not served yet
 let serving = false;
 const cancels = new Map<string, string>(); // $/cancel for calls not running (yet)
 let current: Call | null = null;
@@ -122,27 +126,21 @@ function write(frame: Uint8Array): void {
   }
 }
 
-/** Encodes a message, throwing what JSON.stringify throws, or FrameOverLimit. */
-function frameOf(message: Record<string, unknown>): Uint8Array {
-  const frame = encodeFrame(message);
-  if (frame.length - 4 > MAX_FRAME) throw new FrameOverLimit(frame.length - 4, MAX_FRAME);
-  return frame;
-}
-
+/** Throws what JSON.stringify throws for `params`, or FrameOverLimit, having written nothing. */
 function notify(method: string, params: Record<string, unknown>): void {
-  write(frameOf({ method, params }));
+  write(conn.sendNotification(method, params));
 }
 
 function reply(id: Id, outcome: Outcome): void {
-  unanswered.delete(id);
   if ("error" in outcome) {
-    write(errorFrame(id, outcome.error));
+    write(conn.sendErrorObject(id, outcome.error));
     return;
   }
   let frame: Uint8Array;
   try {
-    frame = frameOf({ id, result: outcome.result });
+    frame = conn.sendResult(id, outcome.result);
   } catch (exc) {
+    if (exc instanceof LocalProtocolError) throw exc;
     const error =
       exc instanceof FrameOverLimit
         ? errorObject(
@@ -154,24 +152,9 @@ function reply(id: Id, outcome: Outcome): void {
             Code.TOOL_ERROR,
             `the result's details are not JSON-serialisable: ${errorMessage(exc)}; return only plain objects, arrays, strings, numbers, booleans and null`,
           );
-    frame = errorFrame(id, error);
+    frame = conn.sendErrorObject(id, error); // the result could not be framed: the request is still unanswered
   }
   write(frame);
-}
-
-/** An error answer; one whose message or traceback would not fit in a frame is cut down, so the host still gets it. */
-function errorFrame(id: Id, error: ErrorObject): Uint8Array {
-  const frame = encodeFrame({ id, error });
-  if (frame.length - 4 <= MAX_FRAME) return frame;
-  const cut = (text: unknown) => (typeof text === "string" && text.length > 2048 ? `${text.slice(0, 2048)}... (cut to fit the frame limit)` : text);
-  const data = error.data as Record<string, unknown> | undefined;
-  const small = { ...error, message: cut(error.message) as string, data: data && { ...data, traceback: cut(data.traceback) } };
-  const again = encodeFrame({ id, error: small });
-  return again.length - 4 <= MAX_FRAME ? again : encodeFrame({ id, error: { code: error.code, message: "the error was too large to send" } });
-}
-
-function refuse(id: Id, code: number, message: string): void {
-  write(encodeFrame({ id, error: { code, message } })); // a refusal carries no data
 }
 
 const link: HostLink = {
@@ -180,10 +163,9 @@ const link: HostLink = {
   currentCallId: () => (current !== null && !current.done ? current.callId : null),
   notify: (method, params) => notify(method, params),
   request(method, params): Promise<unknown> {
-    const id = ++lastId;
-    const frame = frameOf({ id, method, params });
+    const [id, frame] = conn.sendRequest(method, params);
     return new Promise((resolve, reject) => {
-      outstanding.set(id, { resolve, reject });
+      waiters.set(id, { resolve, reject });
       write(frame);
     });
   },
@@ -201,37 +183,41 @@ const deps: CallDeps = {
 
 // --- receiving ----------------------------------------------------------------------
 function receive(msg: Message): void {
-  if (msg.kind === "request") {
-    const { id, method } = msg;
-    const allowed = REQUESTS[method];
-    if (allowed === undefined) return refuse(id, Code.METHOD_NOT_FOUND, `unknown method ${quoted(method)}`);
-    if (unanswered.has(id)) return refuse(id, Code.INVALID_REQUEST, `request id ${JSON.stringify(id)} is already in use`);
-    if (!allowed.includes(state)) {
-      return refuse(id, Code.INVALID_REQUEST, `'${method}' is not allowed while the connection is ${State[state]}`);
+  let event: Event | null;
+  conn.receiveMessage(msg);
+  for (;;) {
+    try {
+      event = conn.nextEvent();
+    } catch (exc) {
+      if (exc instanceof RemoteProtocolError) die(`the host sent a malformed message: ${exc.message}`);
+      throw exc;
     }
-    const why = checkParams(method, msg.params);
-    if (why !== null) return refuse(id, Code.INVALID_PARAMS, `bad ${method} params: ${why}`);
-    unanswered.add(id);
-    if (method === "shutdown") state = State.CLOSING;
-    queue.push({ id, method, params: msg.params as Record<string, any> });
-    void pump();
-  } else if (msg.kind === "notification") {
-    if (!NOTICES.has(msg.method)) return; // unknown notifications are ignored, as JSON-RPC allows
-    const why = checkParams(msg.method, msg.params);
-    if (why !== null) die(`the host sent a malformed message: malformed '${msg.method}' message: ${why}`);
-    const params = msg.params as Record<string, any>;
-    if (msg.method === "ui/changed") hasUI = params.has_ui;
-    else cancel(params.call_id, params.reason);
-  } else {
-    const rid = msg.id;
-    const waiter = typeof rid === "number" ? outstanding.get(rid) : undefined;
-    if (waiter === undefined) {
-      if (typeof rid === "number" && rid > 0 && rid <= lastId) die(`the host sent a malformed message: a second answer to request ${rid}`);
-      die(`the host sent a malformed message: response to a request id the worker never sent: ${JSON.stringify(rid)}`);
+    if (event === null) return;
+    handle(event);
+  }
+}
+
+function handle(event: Event): void {
+  switch (event.type) {
+    case "RequestRefused":
+      return write(event.reply);
+    case "RequestReceived":
+      queue.push({ id: event.id, method: event.method.name, params: event.params });
+      void pump();
+      return;
+    case "NotificationReceived":
+      if (event.method.name === "ui/changed") hasUI = event.params.has_ui;
+      else if (event.method.name === "$/cancel") cancel(event.params.call_id, event.params.reason);
+      return;
+    case "NotificationDropped":
+      return; // unknown notifications are ignored, as JSON-RPC allows
+    case "ResultReceived":
+    case "ErrorReceived": {
+      const waiter = waiters.get(event.id)!; // the Connection answers only ids it gave out, once
+      waiters.delete(event.id);
+      if (event.type === "ErrorReceived") waiter.reject(new Error(`the host refused ui: ${event.error.message}`));
+      else waiter.resolve(event.result);
     }
-    outstanding.delete(rid as number);
-    if (msg.kind === "error") waiter.reject(new Error(`the host refused ui: ${msg.error.message}`));
-    else waiter.resolve(msg.result);
   }
 }
 
@@ -318,8 +304,7 @@ async function load(params: Record<string, any>): Promise<Outcome> {
       if (over) return { error: errorObject(Code.LOAD_ERROR, "superseded") };
       if ("code" in value) return { error: value as ErrorObject };
       tools = value.tools;
-      state = State.LOADED;
-      return { result: value.result };
+      return { result: value.result }; // LOADED once this result is sent (methods.ts: load's onResult)
     });
     return await Promise.race([done, failed]);
   } finally {
@@ -392,25 +377,25 @@ reader.onmessage = (event: MessageEvent) => {
 };
 reader.onerror = (event) => die(`the reader thread failed: ${(event as ErrorEvent).message}`);
 
+// The handoff checked the host's initialize; the Connection takes it as received, so its answer moves it to READY.
+conn.receiveMessage({ kind: "request", id: init.id, method: "initialize", params: init.params });
+if (conn.nextEvent()?.type !== "RequestReceived") die("the worker's connection did not take the host's initialize");
 const unenforced = [...(init.unenforced ?? [])];
 if (UNDUMPABLE_FAILED) {
   if (!SANDBOX.best_effort) {
     const message = `sandbox not applied: undumpable: ${UNDUMPABLE_FAILED}`;
-    write(encodeFrame({ id: init.id, error: { code: -32007, message } }));
+    write(conn.sendErrorObject(init.id, { code: -32007, message }));
     say(message);
     realExit(3);
   }
   unenforced.push(`undumpable: ${UNDUMPABLE_FAILED}`);
 }
 write(
-  encodeFrame({
-    id: init.id,
-    result: {
-      protocol_version: 1,
-      pid: process.pid,
-      python: `bun ${Bun.version}`,
-      unenforced,
-      supervisor: init.supervisor ?? 0,
-    },
+  conn.sendResult(init.id, {
+    protocol_version: 1,
+    pid: process.pid,
+    python: `bun ${Bun.version}`,
+    unenforced,
+    supervisor: init.supervisor ?? 0,
   }),
 );

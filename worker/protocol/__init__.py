@@ -19,6 +19,13 @@ importing one module (``xcsh_run.pi`` imports ``requires``) loads no other.
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from xcsh_run.worker.protocol import connection as connection
+    from xcsh_run.worker.protocol import decoders as decoders
+    from xcsh_run.worker.protocol import events as events
+    from xcsh_run.worker.protocol import frames as frames
+    from xcsh_run.worker.protocol import messages as messages
+    from xcsh_run.worker.protocol import methods as methods
+    from xcsh_run.worker.protocol import requires as requires
     from xcsh_run.worker.protocol.connection import Connection as Connection
     from xcsh_run.worker.protocol.events import ConnectionClosed as ConnectionClosed
     from xcsh_run.worker.protocol.events import ErrorReceived as ErrorReceived
@@ -119,7 +126,15 @@ if TYPE_CHECKING:
     from xcsh_run.worker.protocol.methods import UpdateParams as UpdateParams
     from xcsh_run.worker.protocol.requires import Requires as Requires
 
+# The modules are part of the face too: some users take one whole (``methods as m``).
 __all__ = [
+    "connection",
+    "decoders",
+    "events",
+    "frames",
+    "messages",
+    "methods",
+    "requires",
     "ABORT",
     "AbortParams",
     "CALL",
@@ -222,6 +237,13 @@ __all__ = [
 ]
 
 _HOMES: dict[str, str] = {
+    "connection": "",
+    "decoders": "",
+    "events": "",
+    "frames": "",
+    "messages": "",
+    "methods": "",
+    "requires": "",
     "ABORT": "methods",
     "AbortParams": "methods",
     "CALL": "methods",
@@ -330,6 +352,8 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import importlib
 
+    if not home:  # a module of the package
+        return importlib.import_module(f"{__name__}.{name}")
     value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
     globals()[name] = value
     return value

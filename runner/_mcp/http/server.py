@@ -78,8 +78,8 @@ from xcsh_run._mcp.http.h11_io import (
     HttpRequest,
     accepts,
     origin_allowed,
+    parse_address,
 )
-from xcsh_run._mcp.http.h11_io import parse_address as parse_address
 from xcsh_run._mcp.http.streams import EventStream, JsonReply, StreamBusy
 from xcsh_run._mcp.server import ToolServer
 from xcsh_run._mcp.session import SUPPORTED_PROTOCOL_VERSIONS, McpSession

@@ -1,0 +1,5 @@
+"""``python -m xcsh_run``: the ``xcsh-run`` command."""
+
+from xcsh_run._cli import main
+
+main()
