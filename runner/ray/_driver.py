@@ -16,7 +16,7 @@ from typing import Any, Final
 import trio
 
 from xcsh_run._discovery import LoadError, ToolInfo
-from xcsh_run._embed.surface import runner_doc
+from xcsh_run._embed import runner_doc
 from xcsh_run._errors import ConfigError
 from xcsh_run._results import ErrorInfo, ErrorKind, ToolResult
 from xcsh_run._sandbox import SandboxPolicy
