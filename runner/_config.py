@@ -230,9 +230,18 @@ class RunnerConfig:
 
 
 class RunnerSettings:
-    """The runner's configuration, read-only: the part of :class:`Runner`'s surface that only reads ``config``."""
+    """What a runner was opened with, read-only: the part of the surface every face shares as it is.
+
+    :class:`Runner` and its blocking and asyncio faces all inherit it, so each
+    of these members is written and documented once: they read only
+    ``config`` and ``unenforced``, which are fixed when the runner opens, so a
+    face needs no hop to the runner's thread to answer them.
+    """
 
     config: RunnerConfig
+    """The runner's options (see `RunnerConfig`)."""
+    unenforced: list[str]
+    """The parts of the runner's sandbox policy this machine cannot enforce (best effort)."""
 
     @property
     def cwd(self) -> str:
@@ -264,7 +273,3 @@ class RunnerSettings:
     def max_frame_bytes(self) -> int:
         """The largest protocol frame either side accepts."""
         return self.config.max_frame_bytes
-
-    def policy_for(self, name: str) -> SandboxPolicy:
-        """The sandbox policy a tool runs under (its own, else the runner's)."""
-        return self.config.policy_for(name)

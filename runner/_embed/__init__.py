@@ -6,7 +6,9 @@ Rules of the package:
    wait; nothing of trio runs on the caller's thread.
 2. **The faces are the Runner's surface** (``tests/structure/test_runner_parity.py``):
    same names, same parameters, same results.
-3. **A batch bounds what is in flight** (``batch``) and yields results as they end.
+3. **One docstring per member** (``surface``): a face's member takes the
+   Runner's (``runner_doc``); the read-only settings are one shared base.
+4. **A batch bounds what is in flight** (``batch``) and yields results as they end.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from xcsh_run._embed.openers import open_blocking_runner as open_blocking_runner
     from xcsh_run._embed.openers import run_tool_sync as run_tool_sync
     from xcsh_run._embed.portal import Job as Job
+    from xcsh_run._embed.surface import runner_doc as runner_doc
 
 __all__ = [
     "AsyncioRunner",
@@ -41,6 +44,7 @@ __all__ = [
     "run_batch",
     "run_batch_sync",
     "run_tool_sync",
+    "runner_doc",
 ]
 
 # Each name is imported from its module on first use (PEP 562): importing one module of this
@@ -58,6 +62,7 @@ _HOMES: dict[str, str] = {
     "run_batch": "batch",
     "run_batch_sync": "batch",
     "run_tool_sync": "openers",
+    "runner_doc": "surface",
 }
 
 

@@ -3,18 +3,22 @@
 Calls, session events and renders are jobs of the runner's thread awaited
 through ``asyncio.wrap_future``: they occupy no thread of the program's. The
 quick methods (cancel, context, statistics) are plain calls that hop onto the
-runner's thread and back, as the trio runner's are plain calls too.
+runner's thread and back, as the trio runner's are plain calls too. Read-only
+configuration is inherited from ``RunnerSettings``; every docstring is the
+Runner's (``surface``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from xcsh_run._calls import UpdateCallback
+from xcsh_run._config import RunnerSettings
 from xcsh_run._discovery import LoadError, ToolInfo
 from xcsh_run._embed.blocking import BlockingRunner
-from xcsh_run._embed.portal import ids
+from xcsh_run._embed.portal import Job, ids
+from xcsh_run._embed.surface import runner_doc
 from xcsh_run._host import RunnerStatistics
 from xcsh_run._results import ToolResult
 from xcsh_run._sandbox import SandboxPolicy
@@ -22,23 +26,23 @@ from xcsh_run._sandbox import SandboxPolicy
 if TYPE_CHECKING:
     import asyncio
 
-    from xcsh_run._config import RunnerConfig
     from xcsh_run._host import UIContext
 
 T = TypeVar("T")
 
 
-class AsyncioRunner:
+class AsyncioRunner(RunnerSettings):
     """The runner for asyncio programs. Get one from `open_asyncio_runner`.
 
     It has every public method and property of `Runner`, with the same
-    parameters; the ones that are ``async`` there are coroutines here, the
-    others plain calls. A call occupies no thread of the program's (its
-    executor stays free) and the event loop stays free. Cancelling the
-    awaiting task cancels the call through the ladder and waits until the
-    worker's tree is gone before ``CancelledError`` propagates; a cancel that
-    arrives before the call has even started is not lost: the call then never
-    starts. `cancel` ends a call from anywhere with a ``cancelled`` result.
+    parameters and docstrings; the ones that are ``async`` there are
+    coroutines here, the others plain calls. A call occupies no thread of the
+    program's (its executor stays free) and the event loop stays free.
+    Cancelling the awaiting task cancels the call through the ladder and waits
+    until the worker's tree is gone before ``CancelledError`` propagates; a
+    cancel that arrives before the call has even started is not lost: the
+    call then never starts. `cancel` ends a call from anywhere with a
+    ``cancelled`` result.
 
     Example:
         ```python
@@ -55,13 +59,15 @@ class AsyncioRunner:
     """
 
     def __init__(self, blocking: BlockingRunner) -> None:
+        self.config = blocking.config
+        self.unenforced = blocking.unenforced
         self.blocking = blocking
         """The same runner's blocking face, for code that runs in other threads."""
+        self._portal = blocking.portal
 
-    async def _await(self, fn: Callable[[], Awaitable[T]], call_id: str | None = None) -> T:
+    async def _await(self, job: Job[T]) -> T:
         import asyncio  # here, not at the top: a trio or CLI host never pays for it
 
-        job = self.blocking._submit(fn, call_id)
         future = asyncio.wrap_future(job.future)
         try:
             # Shielded: cancelling the task must not cancel the future (which
@@ -72,85 +78,56 @@ class AsyncioRunner:
             await outlast(future)  # the ladder has run: the worker's tree is gone
             raise
 
-    # --- configuration ------------------------------------------------------------------
+    # --- configuration (the rest: RunnerSettings) ------------------------------------------
 
     @property
-    def config(self) -> RunnerConfig:
-        """The runner's options (see `RunnerConfig`)."""
-        return self.blocking.config
-
-    @property
-    def unenforced(self) -> list[str]:
-        """The parts of the runner's sandbox policy this machine cannot enforce (best effort)."""
-        return self.blocking.unenforced
-
-    @property
-    def cwd(self) -> str:
-        """The project directory (absolute), which tools see as ``api.cwd``."""
-        return self.blocking.cwd
-
-    @property
+    @runner_doc
     def project_root(self) -> str:
-        """The project root whose ``.xcsh/tools``, ``.claude/tools`` and ``.codex/tools`` are read."""
         return self.blocking.project_root
 
     @property
-    def sandbox(self) -> SandboxPolicy:
-        """The runner's default sandbox policy."""
-        return self.blocking.sandbox
-
-    @property
-    def default_timeout(self) -> float:
-        """Seconds a call may run when neither the caller, the policy nor the tool gives a timeout."""
-        return self.blocking.default_timeout
-
-    @property
-    def grace(self) -> float:
-        """Seconds a cancelled worker gets between ``$/cancel`` and the kill."""
-        return self.blocking.grace
-
-    @property
-    def load_timeout(self) -> float:
-        """CPU seconds a module's worker may use to load it (``RunnerConfig.load_timeout``)."""
-        return self.blocking.load_timeout
-
-    @property
-    def max_frame_bytes(self) -> int:
-        """The largest protocol frame either side accepts."""
-        return self.blocking.max_frame_bytes
-
-    @property
+    @runner_doc
     def closed(self) -> bool:
-        """True once the runner began closing."""
         return self.blocking.closed
 
+    @runner_doc
     def policy_for(self, name: str) -> SandboxPolicy:
-        """The sandbox policy a tool runs under (its own, else the runner's)."""
         return self.blocking.policy_for(name)
 
     # --- the registry ---------------------------------------------------------------------
 
     @property
+    @runner_doc
     def tools(self) -> list[ToolInfo]:
-        """Every loaded tool, in discovery order (hidden ones included)."""
         return self.blocking.tools
 
     @property
+    @runner_doc
     def errors(self) -> list[LoadError]:
-        """Every module or factory entry that failed to load (or was shadowed), with the reason."""
         return self.blocking.errors
 
     @property
+    @runner_doc
     def warnings(self) -> list[str]:
-        """Problems that changed nothing but deserve a look (a corrupt cache, a bad registry)."""
         return self.blocking.warnings
 
+    @runner_doc
     def get_tool(self, name: str) -> ToolInfo | None:
-        """The loaded tool called ``name``, or None."""
         return self.blocking.get_tool(name)
 
     # --- calls ------------------------------------------------------------------------------
 
+    @runner_doc(
+        note="""
+        ``on_update`` runs on the runner's thread, not the event loop's: hand
+        the partial result over with ``loop.call_soon_threadsafe``.
+
+        Raises:
+            ConfigError: the runner is closed.
+            asyncio.CancelledError: the awaiting task was cancelled; the call's
+                worker tree is gone by then.
+        """
+    )
     async def call_tool(
         self,
         name: str,
@@ -163,65 +140,55 @@ class AsyncioRunner:
         sandbox: SandboxPolicy | None = None,
         operation_id: str | None = None,
     ) -> ToolResult:
-        """Run one call to its single terminal result; the parameters are `Runner.call_tool`'s.
-
-        ``on_update`` runs on the runner's thread, not the event loop's: hand
-        the partial result over with ``loop.call_soon_threadsafe``.
-
-        Raises:
-            ConfigError: the runner is closed.
-            asyncio.CancelledError: the awaiting task was cancelled; the call's
-                worker tree is gone by then.
-        """
         call_id = tool_call_id or f"aio-{next(ids)}"
-        job = self.blocking._call(
+        job = self._portal.submit_call(
             name, arguments, call_id, on_update=on_update, timeout=timeout, ctx=ctx, sandbox=sandbox,
             operation_id=operation_id,
         )  # fmt: skip
-        return await self._await(job, call_id)
+        return await self._await(job)
 
+    @runner_doc
     def cancel(self, tool_call_id: str, reason: str = "cancelled", *, force: bool = False) -> bool:
-        """Cancel a running call; it ends with a ``cancelled`` result. False if no such call.
-
-        ``force``: kill it now, even in its grace.
-        """
         return self.blocking.cancel(tool_call_id, reason, force=force)
 
+    @runner_doc
     def cancel_all(self, reason: str = "cancelled") -> None:
-        """Cancel every running call."""
         self.blocking.cancel_all(reason)
 
     # --- the host API -------------------------------------------------------------------------
 
     @property
+    @runner_doc
     def context(self) -> dict[str, Any]:
-        """The state shared with tools as ``ctx`` (see `set_context`)."""
         return self.blocking.context
 
     @context.setter
     def context(self, state: Mapping[str, Any]) -> None:
         self.set_context(state)
 
+    @runner_doc
     def set_context(self, state: Mapping[str, Any]) -> None:
-        """The session/model state shared with tools as ``ctx`` (read-only on their side), for the next calls."""
         self.blocking.set_context(state)
 
+    @runner_doc(note="The UI's methods run on the runner's thread, not the event loop's.")
     def set_ui_context(self, ui: UIContext | None, has_ui: bool = True) -> None:
-        """Attach a UI, or None for the no-op one (see `Runner.set_ui_context`); it runs on the runner's thread."""
         self.blocking.set_ui_context(ui, has_ui)
 
+    @runner_doc
     def pending_actions(self) -> list[dict[str, Any]]:
-        """Previews waiting for ``resolve``, newest last."""
         return self.blocking.pending_actions()
 
+    @runner_doc
     async def emit_session_event(self, event: Mapping[str, Any], *, timeout: float = 5.0) -> list[str]:
-        """Deliver a session event to every live worker with ``on_session`` tools; returns the warnings."""
-        return await self._await(lambda: self.blocking._runner.emit_session_event(event, timeout=timeout))
+        runner = self._portal.runner
+        return await self._await(self._portal.submit(lambda: runner.emit_session_event(event, timeout=timeout)))
 
+    @runner_doc
     async def render_call(self, name: str, args: Any, theme: Any = None, *, timeout: float = 2.0) -> str:
-        """The tool's ``render_call(args, theme)``, run in its worker; the default rendering on any trouble."""
-        return await self._await(lambda: self.blocking._runner.render_call(name, args, theme, timeout=timeout))
+        runner = self._portal.runner
+        return await self._await(self._portal.submit(lambda: runner.render_call(name, args, theme, timeout=timeout)))
 
+    @runner_doc
     async def render_result(
         self,
         name: str,
@@ -232,12 +199,12 @@ class AsyncioRunner:
         *,
         timeout: float = 2.0,
     ) -> str:
-        """The tool's ``render_result(result, options, theme, args)`` in its worker, or the default."""
-        runner = self.blocking._runner
-        return await self._await(lambda: runner.render_result(name, result, options, theme, args, timeout=timeout))
+        runner = self._portal.runner
+        job = self._portal.submit(lambda: runner.render_result(name, result, options, theme, args, timeout=timeout))
+        return await self._await(job)
 
+    @runner_doc
     def statistics(self) -> RunnerStatistics:
-        """A snapshot of the runner's workers and calls."""
         return self.blocking.statistics()
 
 

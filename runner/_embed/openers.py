@@ -5,12 +5,12 @@ runner. That thread spawns every worker, which matters: anything tied to the
 forking thread (like ``PR_SET_PDEATHSIG``) must not be tied to a short-lived
 thread (trio retires idle worker threads after 10 s).
 
-Calls and session events are *submitted* to that thread (``_sync_portal``) and
+Calls and session events are *submitted* to that thread (``portal``) and
 run there as tasks of a nursery that outlives the runner; their outcome comes
 back through a :class:`concurrent.futures.Future`. No call occupies a thread of
 the caller's while it runs: an asyncio program waits on the future from its
 event loop, and a cancel travels the same direct way, so it can never queue
-behind the calls it is meant to stop. ``_sync_blocking`` and ``_sync_asyncio``
+behind the calls it is meant to stop. ``blocking`` and ``asyncio_runner``
 hold the two faces, each with every method of :class:`Runner`.
 """
 
@@ -82,7 +82,7 @@ def open_blocking_runner(tool_paths: Sequence[str] = (), **options: Any) -> Iter
         yield blocking
     finally:
         with contextlib.suppress(trio.RunFinishedError):
-            blocking._portal.token.run_sync_soon(box["stop"].set)
+            blocking.portal.token.run_sync_soon(box["stop"].set)
         thread.join()
         if "error" in box:
             raise box["error"]

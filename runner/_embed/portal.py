@@ -12,13 +12,14 @@ import contextlib
 import itertools
 import logging
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, Generic, TypeVar
 
 import trio
 
 from xcsh_run._errors import ConfigError
 from xcsh_run._host import Runner
+from xcsh_run._results import ToolResult
 
 T = TypeVar("T")
 # Call ids for calls submitted without one: unique across the blocking and asyncio faces.
@@ -43,6 +44,11 @@ class Job(Generic[T]):
         self._scope = trio.CancelScope()
         self._reason: str | None = None
         self._state = "new"  # -> "running" (fn entered) -> "done" (future settled)
+
+    @property
+    def reason(self) -> str | None:
+        """Why the job was cancelled (the first reason given), or None if it was not."""
+        return self._reason
 
     def cancel(self, reason: str) -> None:
         """Cancel the job from any thread, whether it has started, is running or has ended."""
@@ -108,12 +114,25 @@ class Portal:
         self._nursery = nursery
         self._closed = False
 
-    def submit(self, job: Job[Any]) -> None:
-        """From any thread; raises ConfigError once the runner's thread has ended."""
+    def submit(self, fn: Callable[[], Awaitable[T]], call_id: str | None = None) -> Job[T]:
+        """Start ``fn`` on the runner's thread now, from any thread; its outcome arrives in ``job.future``.
+
+        ``call_id``: the id of the runner's call that ``fn`` makes, so that the
+        job's cancel goes through the call's ladder. Raises ConfigError once the
+        runner's thread has ended.
+        """
+        job = Job(self, fn, call_id)
         try:
             self.token.run_sync_soon(self._start, job)
         except trio.RunFinishedError:
             raise ConfigError(CLOSED) from None
+        return job
+
+    def submit_call(
+        self, name: str, arguments: Mapping[str, Any] | None, call_id: str, **options: Any
+    ) -> Job[ToolResult]:
+        """``Runner.call_tool`` as a job whose cancel is the call's (``options`` are its keywords)."""
+        return self.submit(lambda: self.runner.call_tool(name, arguments, tool_call_id=call_id, **options), call_id)
 
     def _start(self, job: Job[Any]) -> None:
         if self._closed:

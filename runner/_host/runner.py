@@ -246,7 +246,7 @@ class Runner(RunnerSettings):
         self.set_context(state)
 
     def set_context(self, state: Mapping[str, Any]) -> None:
-        """The session/model state shared with tools as ``ctx`` (read-only on their side)."""
+        """The session/model state shared with tools as ``ctx`` (read-only on their side), from the next call on."""
         self._bridge.context = dict(state)
 
     def set_ui_context(self, ui: UIContext | None, has_ui: bool = True) -> None:
@@ -301,7 +301,7 @@ class Runner(RunnerSettings):
 
     @property
     def closed(self) -> bool:
-        """True once :meth:`aclose` began."""
+        """True once the runner began closing."""
         return self._pool.closed
 
     def statistics(self) -> RunnerStatistics:

@@ -29,7 +29,6 @@ import contextlib
 import os
 import random
 import shlex
-import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,7 +41,7 @@ from xcsh_run._errors import ConfigError, RunnerError
 from xcsh_run._sandbox import SandboxPolicy
 from xcsh_run.fuzz._campaign import DEFAULT_EXAMPLES, DEFAULT_MAX_TIMEOUTS, require_hypothesis
 from xcsh_run.fuzz._report import CLEANUP, NEAR_MISSES, VALID, FuzzFailure, FuzzReport, PropertyReport
-from xcsh_run.ray import import_ray, stage_tools, upload
+from xcsh_run.ray import connect_and_ship, import_ray, stage_tools
 
 PROPERTIES: Final = (VALID, NEAR_MISSES, CLEANUP)
 
@@ -142,37 +141,19 @@ async def fuzz_tool_ray(
     ray = import_ray()
     require_hypothesis()  # the driver's: the nodes need it too, and say so if they lack it
     seed = random.randrange(2**32) if seed is None else seed
-    staged = stage_tools(tool_paths, None, cwd or os.getcwd())
-    owned = False
-    try:
-        task_env: dict[str, Any] = {}
-        if not ray.is_initialized():
-            init = {"address": address, "log_to_driver": False, **(init_options or {})}
-            init["runtime_env"] = {**dict(init.get("runtime_env") or {}), "working_dir": staged.working_dir}
-            try:
-                with trio.fail_after(connect_timeout):
-                    await trio.to_thread.run_sync(lambda: ray.init(**init), abandon_on_cancel=True)
-            except (ConnectionError, RuntimeError, ValueError, TimeoutError, trio.TooSlowError) as exc:
-                raise RunnerError(
-                    f"could not connect to the Ray cluster at {address!r}: {str(exc).strip() or type(exc).__name__}; "
-                    "start one (ray start --head) or give its address (--ray HOST:PORT)"
-                ) from exc
-            owned = True
-        else:
-            task_env["working_dir"] = await trio.to_thread.run_sync(upload, ray, staged)
+    staged = stage_tools(tool_paths, None, cwd or os.getcwd())  # from here on, connect_and_ship removes it
+    connected = connect_and_ship(
+        ray, staged, address=address, connect_timeout=connect_timeout, init_options=init_options
+    )
+    async with connected as working_dir:
         nodes = sorted(n["NodeID"] for n in await trio.to_thread.run_sync(ray.nodes) if n.get("Alive"))
         if not nodes:
             raise RunnerError("the Ray cluster has no alive node; start one (ray start) and try again")
         counts = plan(examples, shards if shards is not None else len(nodes))
         options = {"timeout": timeout, "max_timeouts": max_timeouts, "sandbox": sandbox, **fuzz_options}
         shipped = (tool, staged.node_paths, options, dict(worker_env or {}))
-        done = await _run_shards(ray, shipped, seed, counts, nodes, task_env or None)
-    finally:
-        with trio.CancelScope(shield=True):
-            if owned:
-                await trio.to_thread.run_sync(ray.shutdown)
-            if staged.temporary is not None:
-                shutil.rmtree(staged.temporary, ignore_errors=True)
+        task_env = {"working_dir": working_dir} if working_dir is not None else None
+        done = await _run_shards(ray, shipped, seed, counts, nodes, task_env)
     mapping = dict(zip(staged.node_paths, tool_paths, strict=True))
     return Campaign(merge(tool, seed, examples, done, mapping), [s for s, _ in done])
 

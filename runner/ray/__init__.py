@@ -11,10 +11,10 @@ from xcsh_run import _startup  # noqa: F401
 if TYPE_CHECKING:
     from xcsh_run.ray._driver import RayRunner as RayRunner
     from xcsh_run.ray._launch import RayMissing as RayMissing
+    from xcsh_run.ray._launch import connect_and_ship as connect_and_ship
     from xcsh_run.ray._launch import import_ray as import_ray
     from xcsh_run.ray._launch import open_ray_runner as open_ray_runner
     from xcsh_run.ray._launch import stage_tools as stage_tools
-    from xcsh_run.ray._launch import upload as upload
 
 __all__ = [
     "RayMissing",
@@ -27,10 +27,10 @@ __all__ = [
 _HOMES: dict[str, str] = {
     "RayMissing": "_launch",
     "RayRunner": "_driver",
+    "connect_and_ship": "_launch",
     "import_ray": "_launch",
     "open_ray_runner": "_launch",
     "stage_tools": "_launch",
-    "upload": "_launch",
 }
 
 

@@ -92,7 +92,10 @@ class NodeHost:
                 return _cancelled_before_start(name, early[0])
             if self._closed:
                 return _cancelled_before_start(name, "the node's runner is closing")
-            job = self._submit(name, arguments, call_id, options)
+            # The portal's job, not BlockingRunner.call_tool: that would hold one
+            # of the actor's threads per call, and its sticky cancel closes the
+            # race between a call being submitted and its id being known.
+            job = self._runner.portal.submit_call(name, arguments, call_id, **options)
             self._jobs[call_id] = job
         try:
             return await asyncio.wrap_future(job.future)
@@ -102,21 +105,12 @@ class NodeHost:
             # The job was cancelled before its call began (sticky cancel): no
             # worker ever ran, so nothing on this node needs stopping. (Awaited
             # through asyncio, a cancelled future raises asyncio's CancelledError.)
-            return _cancelled_before_start(name, job._reason or "cancelled")
+            return _cancelled_before_start(name, job.reason or "cancelled")
         except ConfigError as exc:  # the runner closed under the call
             return _cancelled_before_start(name, str(exc))
         finally:
             with self._lock:
                 self._jobs.pop(call_id, None)
-
-    def _submit(
-        self, name: str, arguments: Mapping[str, Any] | None, call_id: str, options: Mapping[str, Any]
-    ) -> Job[ToolResult]:
-        # The portal's job, not BlockingRunner.call_tool: that would hold one
-        # of the actor's threads per call, and its sticky cancel closes the
-        # race between a call being submitted and its id being known.
-        runner = self._runner
-        return runner._submit(runner._call(name, arguments, call_id, **options), call_id)
 
     async def cancel(self, call_id: str, reason: str, force: bool) -> bool:
         """Cancel a call on this node through the runner's ladder. True if it was running or not yet begun."""

@@ -16,6 +16,7 @@ from typing import Any, Final
 import trio
 
 from xcsh_run._discovery import LoadError, ToolInfo
+from xcsh_run._embed import runner_doc
 from xcsh_run._errors import ConfigError
 from xcsh_run._results import ErrorInfo, ErrorKind, ToolResult
 from xcsh_run._sandbox import SandboxPolicy
@@ -54,10 +55,13 @@ class _Flight:
 
 
 class RayRunner:
-    """Calls on a Ray cluster with the contract of :class:`Runner`'s ``call_tool`` and ``cancel``.
+    """Calls on a Ray cluster with the contract of :class:`Runner`: its registry, calls and closing.
 
     Get one from :func:`open_ray_runner`. Every method is for the trio thread
-    that opened it.
+    that opened it. The members it shares with `Runner` have its parameters
+    and docstrings, with a note on what differs over Ray; the settings and the
+    host API stay with each node's runner. ``nodes``, ``add_nodes``,
+    ``worker_limit`` and ``in_flight`` are the cluster's own.
     """
 
     def __init__(
@@ -86,18 +90,18 @@ class RayRunner:
         self._add = add
 
     @property
+    @runner_doc(note="Over Ray: as the first node loaded them.")
     def tools(self) -> list[ToolInfo]:
-        """Every loaded tool (as the first node loaded them), in discovery order."""
         return list(self._tools)
 
     @property
+    @runner_doc(note="Over Ray: the first node's.")
     def errors(self) -> list[LoadError]:
-        """Every module or factory entry that failed to load on the first node."""
         return list(self._errors)
 
     @property
+    @runner_doc(note="Over Ray: the first node's runner's, and the nodes that did not start their runner or differ.")
     def warnings(self) -> list[str]:
-        """The first node's runner's warnings, and nodes that did not start or differ."""
         return list(self._warnings)
 
     @property
@@ -106,12 +110,12 @@ class RayRunner:
         return list(self._nodes)
 
     @property
+    @runner_doc
     def closed(self) -> bool:
-        """True once the runner began closing."""
         return self._closed
 
+    @runner_doc
     def get_tool(self, name: str) -> ToolInfo | None:
-        """The loaded tool called ``name``, or None."""
         return next((t for t in self._tools if t.name == name), None)
 
     def _pick(self) -> RayNode | None:
@@ -123,6 +127,19 @@ class RayRunner:
         order = alive[start:] + alive[:start]
         return min(order, key=lambda n: n.in_flight)
 
+    @runner_doc(
+        note="""
+        Over Ray: the call runs on the least-loaded node. A node that dies
+        during the call makes it ``crashed`` (the message and ``details`` name
+        the node); it is not run again anywhere. If the caller's scope is
+        cancelled, the cancel goes to the call's node and this waits
+        (shielded, bounded) for that node's ladder to end it.
+
+        Raises:
+            ConfigError: the runner is closed, ``on_update`` was given (partial
+                results do not cross the cluster), or the id is already running.
+        """
+    )
     async def call_tool(
         self,
         name: str,
@@ -135,18 +152,6 @@ class RayRunner:
         sandbox: SandboxPolicy | None = None,
         operation_id: str | None = None,
     ) -> ToolResult:
-        """Run one call on the least-loaded node to its single result; the parameters are `Runner.call_tool`'s.
-
-        A node that dies during the call makes it ``crashed`` (the message and
-        ``details`` name the node); it is not run again anywhere.
-
-        Raises:
-            ConfigError: the runner is closed, ``on_update`` was given (partial
-                results do not cross the cluster), or the id is already running.
-
-        Cancellation: if the caller's scope is cancelled, the cancel goes to the
-        call's node and this waits (shielded, bounded) for its ladder to end it.
-        """
         if self._closed:
             raise ConfigError("this Ray runner is closed; open a new one with open_ray_runner()")
         if on_update is not None:
@@ -209,16 +214,16 @@ class RayRunner:
             error=ErrorInfo(kind=ErrorKind.CRASHED.value, message=message),
         )
 
+    @runner_doc(note="Over Ray: the cancel goes to the call's node, whose ladder ends the call.")
     def cancel(self, tool_call_id: str, reason: str = "cancelled", *, force: bool = False) -> bool:
-        """Cancel a running call on its node; it ends ``cancelled`` after the node's ladder. False if none."""
         flight = self._flights.get(tool_call_id)
         if flight is None or flight.done.is_set():
             return False
         self._send_cancel(tool_call_id, flight, reason, force=force)
         return True
 
+    @runner_doc
     def cancel_all(self, reason: str = "cancelled") -> None:
-        """Cancel every running call."""
         for call_id, flight in list(self._flights.items()):
             self._send_cancel(call_id, flight, reason, force=False)
 
@@ -254,25 +259,33 @@ class RayRunner:
         """Calls in flight per node id."""
         return {n.node_id: n.in_flight for n in self._nodes}
 
+    @runner_doc(
+        note="""
+        Over Ray: every node's runner closes (its running calls end
+        ``cancelled``), waited for at most ``timeout`` seconds, then the
+        actors end.
+        """
+    )
     async def aclose(self, timeout: float = 60.0) -> None:
-        """Close every node's runner (its running calls end ``cancelled``), then end the actors."""
         if self._closed:
             return
         self._closed = True
         ray = self._ray
-        alive = [n for n in self._nodes if n.alive]
-        refs = []
-        for node in alive:
-            with contextlib.suppress(Exception):
-                refs.append(node.handle.close.options(concurrency_group="control").remote())
-        if refs:
-            await trio.to_thread.run_sync(lambda: ray.wait(refs, num_returns=len(refs), timeout=timeout))
-        # The calls the closing runners ended are on their way back: let them land before the kill.
-        with trio.move_on_after(min(timeout, 10.0)):
-            await self._idle.wait()
-        for node in self._nodes:
-            with contextlib.suppress(Exception):
-                ray.kill(node.handle, no_restart=True)
+        # Shielded and bounded (by ``timeout``): once closed, no later aclose would end the actors.
+        with trio.CancelScope(shield=True):
+            alive = [n for n in self._nodes if n.alive]
+            refs = []
+            for node in alive:
+                with contextlib.suppress(Exception):
+                    refs.append(node.handle.close.options(concurrency_group="control").remote())
+            if refs:
+                await trio.to_thread.run_sync(lambda: ray.wait(refs, num_returns=len(refs), timeout=timeout))
+            # The calls the closing runners ended are on their way back: let them land before the kill.
+            with trio.move_on_after(min(timeout, 10.0)):
+                await self._idle.wait()
+            for node in self._nodes:
+                with contextlib.suppress(Exception):
+                    ray.kill(node.handle, no_restart=True)
 
 
 def _no_node(nodes: list[RayNode]) -> ToolResult:

@@ -174,6 +174,62 @@ def upload(ray: Any, staged: _Staged) -> str:
 
 
 @contextlib.asynccontextmanager
+async def connect_and_ship(
+    ray: Any,
+    staged: _Staged,
+    *,
+    address: str | None,
+    connect_timeout: float,
+    init_options: Mapping[str, Any] | None = None,
+) -> AsyncIterator[str | None]:
+    """Connected to the Ray cluster with the staged tool files shipped to it, for the block.
+
+    Connects (``ray.init``) unless this process already is, with the files as
+    the job's ``working_dir``: Ray packs and uploads them once, and every
+    node unpacks them for the job's tasks and actors, which inherit them; it
+    then yields None. On a connection opened before, it uploads them
+    (:func:`upload`) and yields their ``gcs://`` URI, for the tasks' and
+    actors' own runtime environment. Leaving the block shuts Ray down if
+    this connected, and removes the staging folder (``staged.temporary``)
+    either way.
+
+    Raises:
+        RunnerError: the cluster could not be reached (the message says how to start one or name it).
+        ConfigError: this Ray cannot ship files over a connection opened before (see :func:`upload`).
+    """
+    owned = False
+    try:
+        if ray.is_initialized():
+            yield await trio.to_thread.run_sync(upload, ray, staged)
+            return
+        init = {"address": address, "log_to_driver": False, **(init_options or {})}
+        init["runtime_env"] = {**dict(init.get("runtime_env") or {}), "working_dir": staged.working_dir}
+        try:
+            # Ray keeps trying an address where nothing answers for minutes; past
+            # the timeout its thread is left to it (ray.init cannot be interrupted).
+            with trio.fail_after(connect_timeout):
+                await trio.to_thread.run_sync(lambda: ray.init(**init), abandon_on_cancel=True)
+        except (ConnectionError, RuntimeError, ValueError, TimeoutError, trio.TooSlowError) as exc:
+            why = (
+                f"nothing answered within connect_timeout={connect_timeout:g} s"
+                if isinstance(exc, trio.TooSlowError)
+                else _first_line(exc).rstrip(".")
+            )
+            raise RunnerError(
+                f"could not connect to the Ray cluster at {address!r}: {why}; start one (ray start --head) "
+                "or give its address (address='HOST:PORT' or 'ray://HOST:10001'; on the command line --ray HOST:PORT)"
+            ) from exc
+        owned = True
+        yield None
+    finally:
+        with trio.CancelScope(shield=True):
+            if owned:
+                await trio.to_thread.run_sync(ray.shutdown)
+            if staged.temporary is not None:
+                shutil.rmtree(staged.temporary, ignore_errors=True)
+
+
+@contextlib.asynccontextmanager
 async def open_ray_runner(
     tool_paths: Sequence[str] = (),
     *,
@@ -250,33 +306,13 @@ async def open_ray_runner(
     ray = import_ray()
     actor_env = _split_runtime_env(runtime_env)
     base = os.fspath(cwd) if cwd is not None else os.getcwd()
-    staged = stage_tools(tool_paths, working_dir, base)  # from here on, the finally below removes it
-    owned = False
-    try:
-        if not ray.is_initialized():
-            # The tool files as the job's working_dir: Ray packs and uploads it
-            # once, and every node unpacks it for the actors, which inherit it.
-            init = {"address": address, "log_to_driver": False, **(init_options or {})}
-            job_env = dict(init.get("runtime_env") or {})
-            init["runtime_env"] = {**job_env, "working_dir": staged.working_dir}
-            try:
-                # Ray keeps trying an address where nothing answers for minutes; past
-                # the timeout its thread is left to it (ray.init cannot be interrupted).
-                with trio.fail_after(connect_timeout):
-                    await trio.to_thread.run_sync(lambda: ray.init(**init), abandon_on_cancel=True)
-            except (ConnectionError, RuntimeError, ValueError, TimeoutError, trio.TooSlowError) as exc:
-                why = (
-                    f"nothing answered within connect_timeout={connect_timeout:g} s"
-                    if isinstance(exc, trio.TooSlowError)
-                    else _first_line(exc).rstrip(".")
-                )
-                raise RunnerError(
-                    f"could not connect to the Ray cluster at {address!r}: {why}; start one "
-                    "(ray start --head) or give its address (address='HOST:PORT', or 'ray://HOST:10001')"
-                ) from exc
-            owned = True
-        else:
-            actor_env["working_dir"] = await trio.to_thread.run_sync(upload, ray, staged)
+    staged = stage_tools(tool_paths, working_dir, base)  # from here on, connect_and_ship removes it
+    connected = connect_and_ship(
+        ray, staged, address=address, connect_timeout=connect_timeout, init_options=init_options
+    )
+    async with connected as shipped:
+        if shipped is not None:
+            actor_env["working_dir"] = shipped
         launcher = _Launcher(ray, staged, options, worker_env, actor_env, max_calls_per_node, start_timeout)
         runner = await _start(launcher, float(options.get("grace", RunnerConfig().grace)))
         try:
@@ -284,12 +320,6 @@ async def open_ray_runner(
         finally:
             with trio.CancelScope(shield=True):
                 await runner.aclose(close_timeout)
-    finally:
-        with trio.CancelScope(shield=True):
-            if owned:
-                await trio.to_thread.run_sync(ray.shutdown)
-            if staged.temporary is not None:
-                shutil.rmtree(staged.temporary, ignore_errors=True)
 
 
 class _Launcher:

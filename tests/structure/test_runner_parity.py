@@ -1,10 +1,12 @@
-"""The trio, blocking and asyncio runners have one surface: compared by introspection, then used.
+"""The trio, blocking, asyncio and Ray runners have one surface: compared by introspection, then used.
 
 The introspection half checks that every public member of :class:`Runner`
-exists on :class:`BlockingRunner` and :class:`AsyncioRunner` with the same
-parameters (names, kinds, defaults), async where it should be; the behavioural
-half drives ``cancel`` and ``set_context`` through the asyncio runner on a real
-worker.
+exists on :class:`BlockingRunner` and :class:`AsyncioRunner` (on
+:class:`RayRunner`, all but what it deliberately lacks) with the same
+parameters (names, kinds, defaults), async where it should be, and with the
+Runner's own docstring: a face may add a note after it, never keep a copy of
+its own. The behavioural half drives ``cancel`` and ``set_context`` through
+the asyncio runner on a real worker.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from xcsh_run import AsyncioRunner, BlockingRunner, Runner, open_asyncio_runner, open_blocking_runner
+from xcsh_run import AsyncioRunner, BlockingRunner, RayRunner, Runner, open_asyncio_runner, open_blocking_runner
+from xcsh_run._config import RunnerSettings
 
 # Members of Runner the wrappers deliberately lack. Keep it short; each entry says why.
 NOT_ON_WRAPPERS: dict[str, str] = {
@@ -28,8 +31,23 @@ NOT_ON_WRAPPERS: dict[str, str] = {
     # The listener runs on the runner's own trio thread, which a wrapper's caller never is.
     "set_log_listener": "runs on the runner's thread",
 }
-# Instance attributes of Runner (not visible on the class) the wrappers expose as properties.
-RUNNER_ATTRIBUTES = ("config", "unenforced")
+# Members of Runner the Ray runner deliberately lacks, by reason. Keep it short.
+NOT_ON_RAY: dict[str, str] = {
+    **dict.fromkeys(
+        ("cwd", "project_root", "sandbox", "default_timeout", "grace", "load_timeout", "max_frame_bytes", "policy_for"),
+        "settings: each node's runner has its own (its cwd is the node's working_dir)",
+    ),
+    "load": "each node loads when the runner opens",
+    **dict.fromkeys(
+        ("context", "set_context", "set_ui_context", "pending_actions", "emit_session_event", "set_log_listener"),
+        "the host API stays on each node: ctx crosses per call (call_tool's ctx=), the nodes' tools have no UI",
+    ),
+    **dict.fromkeys(("render_call", "render_result"), "renders are for a UI beside the runner: the driver has none"),
+    "statistics": "per node: in_flight() and worker_limit are the cluster's",
+}
+# Read-only state of every config-backed face, set when it is made (RunnerSettings declares them).
+SETTINGS_ATTRIBUTES = ("config", "unenforced")
+FACES = [(BlockingRunner, NOT_ON_WRAPPERS), (AsyncioRunner, NOT_ON_WRAPPERS), (RayRunner, NOT_ON_RAY)]
 
 
 def _public(cls: type) -> dict[str, Any]:
@@ -41,42 +59,79 @@ def _params(fn: Any) -> list[tuple[str, Any, Any]]:
     return [(p.name, p.kind, p.default) for p in sig.parameters.values()]
 
 
-@pytest.mark.parametrize("wrapper", [BlockingRunner, AsyncioRunner])
-def test_every_public_member_of_runner_is_on_each_wrapper_with_the_same_parameters(wrapper: type) -> None:
-    theirs = _public(wrapper)
+def _same_parameters(face: type, runner: Any, other: Any) -> bool:
+    ours, theirs = _params(runner), _params(other)
+    if face is not RayRunner:
+        return ours == theirs
+    # Over Ray a member may take more (aclose's timeout), only with a default: every Runner call still works.
+    return theirs[: len(ours)] == ours and all(
+        default is not inspect.Parameter.empty for *_, default in theirs[len(ours) :]
+    )
+
+
+def _doc(member: Any) -> str | None:
+    return inspect.getdoc(member.fget if isinstance(member, property) else member)
+
+
+@pytest.mark.parametrize(("face", "lacks"), FACES, ids=lambda value: getattr(value, "__name__", ""))
+def test_every_public_member_of_runner_is_on_each_face_with_the_same_parameters(
+    face: type, lacks: dict[str, str]
+) -> None:
+    theirs = _public(face)
     problems: list[str] = []
     for name, member in _public(Runner).items():
-        if name in NOT_ON_WRAPPERS:
-            assert name not in theirs, f"{name} is on {wrapper.__name__} now: drop it from NOT_ON_WRAPPERS"
+        if name in lacks:
+            assert name not in theirs, f"{name} is on {face.__name__} now: drop it from its allow-list"
             continue
         other = theirs.get(name)
         if other is None:
-            problems.append(f"{wrapper.__name__}.{name} is missing")
+            problems.append(f"{face.__name__}.{name} is missing")
         elif isinstance(member, property):
             if not isinstance(other, property):
-                problems.append(f"{wrapper.__name__}.{name} is not a property")
+                problems.append(f"{face.__name__}.{name} is not a property")
             elif (member.fset is None) != (other.fset is None):
-                problems.append(f"{wrapper.__name__}.{name}: settable on one side only")
-        elif _params(member) != _params(other):
+                problems.append(f"{face.__name__}.{name}: settable on one side only")
+        elif not _same_parameters(face, member, other):
             problems.append(
-                f"{wrapper.__name__}.{name}{inspect.signature(other)} != Runner.{name}{inspect.signature(member)}"
+                f"{face.__name__}.{name}{inspect.signature(other)} != Runner.{name}{inspect.signature(member)}"
             )
         else:
-            # The blocking face blocks; the asyncio face is async exactly where the trio runner is.
-            want_async = wrapper is AsyncioRunner and inspect.iscoroutinefunction(member)
+            # The blocking face blocks; the asyncio and Ray faces are async exactly where the trio runner is.
+            want_async = face is not BlockingRunner and inspect.iscoroutinefunction(member)
             if inspect.iscoroutinefunction(other) != want_async:
-                problems.append(f"{wrapper.__name__}.{name} should {'' if want_async else 'not '}be async")
-        if other is not None and not inspect.getdoc(other):
-            problems.append(f"{wrapper.__name__}.{name} has no docstring")
-    for name in RUNNER_ATTRIBUTES:
-        if not isinstance(theirs.get(name), property):
-            problems.append(f"{wrapper.__name__}.{name} is missing")
+                problems.append(f"{face.__name__}.{name} should {'' if want_async else 'not '}be async")
     assert not problems, "\n".join(problems)
 
 
-def test_the_allow_list_names_real_runner_members() -> None:
+@pytest.mark.parametrize(("face", "lacks"), FACES, ids=lambda value: getattr(value, "__name__", ""))
+def test_each_face_member_has_the_runners_docstring_not_a_copy(face: type, lacks: dict[str, str]) -> None:
+    """The Runner's text, then at most a note of the face's own (``xcsh_run._embed.surface.runner_doc``)."""
+    problems: list[str] = []
+    theirs = _public(face)
+    for name, member in _public(Runner).items():
+        other = theirs.get(name)
+        if name in lacks or other is None:
+            continue
+        want, got = _doc(member), _doc(other)
+        assert want, f"Runner.{name} has no docstring: it is the one place the member is documented"
+        if got != want and not (got or "").startswith(want + "\n\n"):
+            problems.append(f"{face.__name__}.{name}'s docstring is not Runner.{name}'s: share it with runner_doc")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("face", [Runner, BlockingRunner, AsyncioRunner])
+def test_the_settings_are_one_base_shared_by_every_config_backed_face(face: type) -> None:
+    assert issubclass(face, RunnerSettings)
+    for name, member in vars(RunnerSettings).items():
+        if isinstance(member, property):
+            assert inspect.getattr_static(face, name) is member, f"{face.__name__}.{name} redeclares a setting"
+    assert all(name in RunnerSettings.__annotations__ for name in SETTINGS_ATTRIBUTES)
+
+
+def test_the_allow_lists_name_real_runner_members() -> None:
     public = _public(Runner)
     assert all(name in public for name in NOT_ON_WRAPPERS)
+    assert all(name in public for name in NOT_ON_RAY)
 
 
 TOOL = """
@@ -160,6 +215,7 @@ def test_the_blocking_runner_has_the_same_new_members(tmp_path: Path) -> None:
         assert runner.warnings == []
         assert runner.cwd == str(Path.cwd())
         assert runner.policy_for("who") == runner.sandbox
+        assert runner.config.cwd == runner.cwd and isinstance(runner.unenforced, list)
         runner.cancel_all("nothing is running")
         assert not runner.closed
     assert runner.closed
