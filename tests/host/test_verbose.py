@@ -150,7 +150,9 @@ def test_a_segfaults_message_names_the_segfault_and_the_tools_frame() -> None:
     message = error["message"]
     assert "Extension modules" not in message
     assert "last stderr: Fatal Python error: Segmentation fault" in message, message
-    assert re.search(r'innermost tool frame: File ".*/tests/fixtures/tools/hostile\.py", line \d+ in segfault$', message)
+    assert re.search(
+        r'innermost tool frame: File ".*/tests/fixtures/tools/hostile\.py", line \d+ in segfault$', message
+    )
     # The whole dump is still there.
     assert "Extension modules" in error["stderr_tail"] and "Current thread" in error["stderr_tail"]
 

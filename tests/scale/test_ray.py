@@ -412,7 +412,8 @@ def test_import_runner_does_not_import_ray() -> None:
     import subprocess
 
     code = (
-        "import sys, xcsh_run, xcsh_run._cli.run, xcsh_run.ray._launch, xcsh_run.ray._actor; xcsh_run.open_runner; print('ray' in sys.modules)"
+        "import sys, xcsh_run, xcsh_run._cli.run, xcsh_run.ray._launch, xcsh_run.ray._actor; "
+        "xcsh_run.open_runner; print('ray' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

@@ -62,6 +62,9 @@ def test_import_runner_does_not_import_hypothesis() -> None:
     import subprocess
     import sys
 
-    code = "import sys, xcsh_run, xcsh_run._cli.run; xcsh_run.open_runner; xcsh_run.Runner; print(sorted(m for m in sys.modules if m.startswith('hypothesis')))"
+    code = (
+        "import sys, xcsh_run, xcsh_run._cli.run; xcsh_run.open_runner; xcsh_run.Runner; "
+        "print(sorted(m for m in sys.modules if m.startswith('hypothesis')))"
+    )
     out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
