@@ -25,14 +25,15 @@ IN_CI = os.environ.get("CI") == "true"
 BUN = FOUND if FOUND is not None and os.access(FOUND, os.X_OK) else None
 
 
-def require_bun() -> None:
-    """Call at module level: skip the module without Bun, fail it under CI."""
+def require_bun(*, module: bool = True) -> None:
+    """Skip without Bun, fail under CI: at module level the whole module, inside a test or fixture
+    (``module=False``) that test alone (the ``bun`` runtime of tests/contract/)."""
     if BUN is not None:
         return
     why = f"no Bun for the TypeScript tools' tests: {_bun.missing()}"
     if IN_CI:
         pytest.fail(f"CI=true: {why}", pytrace=False)
-    pytest.skip(why, allow_module_level=True)
+    pytest.skip(why, allow_module_level=module)
 
 
 def write_tool(folder: Path, name: str, source: str) -> Path:

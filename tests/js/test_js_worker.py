@@ -13,6 +13,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from tests._support import js_harness
 from tests._support.js_harness import FIXTURES, JsWorker, skip_without_bun, wait_update
 from xcsh_run.worker.protocol.frames import encode_message
 from xcsh_run.worker.protocol.messages import ErrorObject, ErrorResponse, Notification, Request, Response
@@ -20,20 +21,9 @@ from xcsh_run.worker.protocol.messages import ErrorObject, ErrorResponse, Notifi
 skip_without_bun()
 pytestmark = pytest.mark.timeout(30)
 
-
-@pytest.fixture
-def worker(tmp_path: Path) -> Iterator[JsWorker]:
-    w = JsWorker(tmp_path)
-    try:
-        yield w
-    finally:
-        w.close()
-
-
-@pytest.fixture
-def basic(worker: JsWorker) -> JsWorker:
-    worker.load(FIXTURES / "basic.ts")
-    return worker
+# The harness's fixtures (a worker on pipes; one with basic.ts loaded), shared with test_js_worker_calls.py.
+worker = js_harness.worker
+basic = js_harness.basic
 
 
 # --- handshake and load ------------------------------------------------------------

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
 import pytest
 
+from tests._support import js_harness
 from tests._support.js_harness import FIXTURES, JsWorker, skip_without_bun, wait_stderr, wait_update
 from xcsh_run.worker.protocol.frames import encode_message
 from xcsh_run.worker.protocol.messages import ErrorResponse, Notification, Request, Response
@@ -20,15 +20,9 @@ from xcsh_run.worker.protocol.messages import ErrorResponse, Notification, Reque
 skip_without_bun()
 pytestmark = pytest.mark.timeout(30)
 
-
-@pytest.fixture
-def basic(tmp_path: Path) -> Iterator[JsWorker]:
-    w = JsWorker(tmp_path)
-    try:
-        w.load(FIXTURES / "basic.ts")
-        yield w
-    finally:
-        w.close()
+# The harness's fixtures (a worker on pipes; one with basic.ts loaded), shared with test_js_worker.py.
+worker = js_harness.worker
+basic = js_harness.basic
 
 
 # --- calls ------------------------------------------------------------------------------
