@@ -372,3 +372,13 @@ def _exception_classes(value: object, tool: object) -> tuple[type[BaseException]
         f"tool {tool!r}: expected_errors must be an exception class or a tuple of them, "
         f"e.g. expected_errors=(FileNotFoundError, PermissionError); got {value!r}"
     )
+
+
+# Public names say where tool authors import them from: tracebacks, reprs and
+# the error types a result reports (``xcsh_run.pi.ToolError``) name the public
+# module, not this one (rule 4 of ``xcsh_run``, as the host's face does).
+for _name in __all__:
+    _obj = globals().get(_name)
+    if isinstance(_obj, type) and _obj.__module__ == __name__:
+        _obj.__module__ = "xcsh_run.pi"
+del _name, _obj
