@@ -235,7 +235,7 @@ def task_count() -> int:
     tasks, count = [trio.lowlevel.current_root_task()], 0
     while tasks:
         task = tasks.pop()
-        count += task.name.startswith("xcsh_run._mcp.http.server")
+        count += task.name.startswith("xcsh_run._mcp.http.")
         tasks += [child for nursery in task.child_nurseries for child in nursery.child_tasks]
     return count
 
