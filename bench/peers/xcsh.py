@@ -45,7 +45,7 @@ def _worker_processes() -> list[psutil.Process]:
     for child in me.children():
         with contextlib.suppress(psutil.Error):
             cmd = child.cmdline()
-            if "-m" in cmd and "worker" in cmd:
+            if "-m" in cmd and "xcsh_run.worker" in cmd:
                 found.append(child)
     return found
 
