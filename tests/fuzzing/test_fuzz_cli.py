@@ -262,7 +262,9 @@ def test_without_hypothesis_fuzz_says_to_install_the_extra(tmp_path: Path) -> No
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert FUZZ_EXTRA in proc.stderr
     assert "Traceback" not in proc.stderr
-    api = "import xcsh_run\ntry:\n    xcsh_run.fuzz_tool_sync('add')\nexcept xcsh_run.ConfigError as exc:\n    print(exc)"
+    api = (
+        "import xcsh_run\ntry:\n    xcsh_run.fuzz_tool_sync('add')\nexcept xcsh_run.ConfigError as exc:\n    print(exc)"
+    )
     proc = without_hypothesis(api, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert FUZZ_EXTRA in proc.stdout
