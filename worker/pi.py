@@ -377,8 +377,10 @@ def _exception_classes(value: object, tool: object) -> tuple[type[BaseException]
 # Public names say where tool authors import them from: tracebacks, reprs and
 # the error types a result reports (``xcsh_run.pi.ToolError``) name the public
 # module, not this one (rule 4 of ``xcsh_run``, as the host's face does).
+# Not the msgspec Structs: msgspec resolves their (postponed) annotations in the
+# module their ``__module__`` names, and the aliases those use live here.
 for _name in __all__:
     _obj = globals().get(_name)
-    if isinstance(_obj, type) and _obj.__module__ == __name__:
+    if isinstance(_obj, type) and _obj.__module__ == __name__ and not issubclass(_obj, msgspec.Struct):
         _obj.__module__ = "xcsh_run.pi"
 del _name, _obj

@@ -48,7 +48,7 @@ HOST_ONLY_ENV: Final = frozenset({"XCSH_RUN_MCP_TOKEN"})
 DROPPED_ENV: Final = "XCSH_RUN_DROPPED_ENV"
 _DROP_UID: Final = 65534  # nobody
 _PROBE_MAX_BYTES: Final = 64 << 10  # a Probe is a few hundred bytes of flags and paths
-_PROBE_FORMAT: Final = 3  # part of the probe cache's key: a new way of measuring is measured again
+_PROBE_FORMAT: Final = 4  # part of the probe cache's key: a new way of measuring is measured again
 
 
 class SandboxUnavailable(ConfigError):

@@ -27,9 +27,10 @@ def worker_packages() -> list[str]:
 
 
 # What a worker imports of the host's package: its lazy face (the parent of
-# ``xcsh_run.worker``, which loads nothing until asked) and the authoring API's
-# public name. The rest of the host's folder stays unreadable.
-WORKER_SIDE_MODULES = ("__init__.py", "pi.py")
+# ``xcsh_run.worker``, which loads nothing until asked), the version it answers
+# for ``xcsh_run.__version__``, and the authoring API's public name. The rest of
+# the host's folder stays unreadable.
+WORKER_SIDE_MODULES = ("__init__.py", "_version.py", "pi.py")
 
 
 def worker_files() -> list[str]:

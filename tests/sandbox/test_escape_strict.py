@@ -118,12 +118,12 @@ def test_host_sys_path_is_not_the_read_list(tmp_path: Path, monkeypatch: pytest.
     assert not any(p == str(home) or str(home).startswith(p + "/") for p in granted), granted
     assert "/usr" not in granted and "/" not in granted
     assert os.path.dirname(sys.modules["xcsh_run.worker"].__file__ or "") in granted
-    # Of the host's own package, only the two files a worker imports (its lazy face and the authoring
-    # API's name) are readable: never its folder, and so none of the host's code.
+    # Of the host's own package, only the three files a worker imports (its lazy face, its version
+    # and the authoring API's name) are readable: never its folder, and so none of the host's code.
     host = os.path.dirname(sys.modules["xcsh_run"].__file__ or "")
     assert host not in granted, granted
     mine = sorted(p for p in granted if p.startswith(host + os.sep))
-    assert {os.path.basename(p) for p in mine if p.endswith(".py")} == {"__init__.py", "pi.py"}, mine
+    assert {os.path.basename(p) for p in mine if p.endswith(".py")} == {"__init__.py", "_version.py", "pi.py"}, mine
     assert all(os.path.dirname(p) in (host, os.path.join(host, "__pycache__")) for p in mine), mine
 
 

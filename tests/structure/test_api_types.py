@@ -179,3 +179,20 @@ def test_the_reference_builds_strict_and_documents_the_api_and_the_cli(tmp_path:
             [XCSH_RUN, command, "--help"], capture_output=True, text=True, env=env, timeout=60, check=True
         ).stdout
         assert f"xcsh-run {command}" in cli and text in cli, command
+
+
+def test_the_annotations_of_every_struct_of_the_authoring_api_resolve() -> None:
+    """msgspec (and typing) resolve a record's postponed annotations in the module its ``__module__`` names."""
+    import typing
+
+    import msgspec
+
+    from xcsh_run import pi
+
+    structs = [
+        obj for name in pi.__all__ if isinstance(obj := getattr(pi, name), type) and issubclass(obj, msgspec.Struct)
+    ]
+    assert pi.ToolResult in structs and pi.TextContent in structs
+    for struct in structs:
+        typing.get_type_hints(struct)  # a NameError here is what msgspec would raise too
+    assert msgspec.convert({"type": "text", "text": "hi"}, pi.TextContent) == pi.TextContent(text="hi")
