@@ -1,8 +1,8 @@
 """The ``xcsh-run`` typer application and how every command runs its trio body.
 
 The commands register themselves on :data:`app`: ``_cli`` has ``run``,
-``list``, ``describe`` and the entry point; ``_cli_batch`` batch; ``_cli_commands`` serve and fuzz;
-``_cli_new``, ``_cli_doctor`` and ``_cli_bun`` one each. ``--version`` is the app's own.
+``list``, ``describe`` and the entry point; ``batch`` the batch command; ``commands`` serve and fuzz;
+``new``, ``doctor`` and ``install_bun`` one each. ``--version`` is the app's own.
 """
 
 from __future__ import annotations

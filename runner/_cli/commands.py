@@ -254,7 +254,7 @@ def _fuzz_on_ray(
     sandbox: SandboxPolicy,
     judge: dict[str, Any],
 ) -> None:
-    """``fuzz --ray``: one tool's campaign sharded over the cluster (``_fuzz_ray``); exits."""
+    """``fuzz --ray``: one tool's campaign sharded over the cluster (``_sharded``); exits."""
     from xcsh_run.fuzz import fuzz_tool_ray
 
     if len(tool) != 1:

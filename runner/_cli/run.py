@@ -4,11 +4,11 @@
 a first argument that is not a command name or an option is taken as a tool
 name. A tool that shares a command's name is reached through ``run``.
 
-The options, exit codes and argument parsing are in ``_cli_options``; what
-the commands print, in ``_cli_output``; SIGINT and SIGTERM, in ``_signals``;
-the app and the trio runner of every command, in ``_cli_app``; a tool's own
-flags and help, in ``_cli_fields``; completion, in ``_cli_complete``; serve
-and fuzz, in ``_cli_commands``; new, doctor and install-bun, in a module each.
+The options, exit codes and argument parsing are in ``options``; what
+the commands print, in ``output``; SIGINT and SIGTERM, in ``xcsh_run._host.signals``;
+the app and the trio runner of every command, in ``app``; a tool's own
+flags and help, in ``tool_flags``; completion, in ``complete``; serve
+and fuzz, in ``commands``; new, doctor and install-bun, in a module each.
 """
 
 from __future__ import annotations

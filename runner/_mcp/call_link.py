@@ -7,7 +7,7 @@ each runner (a log listener, and the UI context) look the id up and reach the
 session and the request the call belongs to. A record or a prompt whose id
 is not an MCP call in flight (a load, a session hook, a call already over)
 reaches no client: a record stays in the host's log, a prompt gets the
-no-op answer. See ``_mcp_logging`` and ``_mcp_elicit`` for the rules of each.
+no-op answer. See ``log_records`` and ``elicit`` for the rules of each.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 UTF-8 JSON, one message per line, nothing but protocol on the output. This
 module knows lines, not MCP: it splits the input into lines, has each one
-classified (``_mcp_wire.classify``: a request, a notification, a batch or
+classified (``wire.classify``: a request, a notification, a batch or
 malformed input) and hands the result to its owner, which answers; it writes
 the bytes it is given, in order.
 
@@ -18,13 +18,13 @@ Rules:
 3. A line is bounded by ``max_message_bytes`` while it is read: the rest of an
    oversized line is discarded, never buffered (only its first and last KiB
    are kept), and the line becomes ``Malformed`` input (-32600) with the id
-   recovered from those bytes when it can be (``_mcp_wire`` rules 1 and 2),
+   recovered from those bytes when it can be (``wire`` rules 1 and 2),
    so the client fails that request instead of waiting forever.
 4. Malformed input is not answered here: the owner answers it, because only
    it knows which ids are in flight (an id in flight is never answered a
    second time). Responses (answers to the server's prompts) go to the owner
    as well, which hands on only those a prompt waits for; a malformed one is
-   dropped (``_mcp_wire`` rule 5), since answering an answer is never right.
+   dropped (``wire`` rule 5), since answering an answer is never right.
 5. The read loop never blocks on a message: classification is synchronous,
    and the owner answers from tasks of its own.
 """
@@ -60,7 +60,7 @@ _KEPT: Final = 1024
 class LineTransport:
     """Reads and writes newline-delimited JSON-RPC; classifies what it reads.
 
-    ``on_message`` receives what every line holds (``_mcp_wire.Incoming``:
+    ``on_message`` receives what every line holds (``wire.Incoming``:
     a request, a notification, a batch, or malformed input to answer); it
     runs in the read loop and must not block. ``on_broken`` is told once the
     output fails.

@@ -9,7 +9,7 @@ ids from the client are strings or integers.
 
 The client plays ``Role.HOST`` (it sends ``initialize``), the server
 ``Role.WORKER``; the server's one request is ``elicitation/create`` (a tool's
-prompt, whose answer may be any JSON: ``_mcp_elicit`` reads what it can use).
+prompt, whose answer may be any JSON: ``elicit`` reads what it can use).
 The lifecycle is lenient, as MCP servers are in practice: every request is
 served in every state (a client may list tools before it says
 ``notifications/initialized``), and the states only record the phase:

@@ -110,7 +110,7 @@ class Runners:
         # What tools/list shows: the last tools loaded. A reload does not
         # make it wait, only calls do.
         self.tools: list[ToolInfo] = []
-        # Their MCP names (`_mcp_names`), computed at each load, which warns once per name.
+        # Their MCP names (`names`), computed at each load, which warns once per name.
         self.names = ToolNames()
         self._warned_names: set[str] = set()
         self.first_load = trio.Event()

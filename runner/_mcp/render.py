@@ -90,7 +90,7 @@ def render_result(result: ToolResult, version: str, *, root: str | None = None) 
     """A ToolResult as an MCP ``CallToolResult`` for a client speaking ``version``.
 
     ``root`` is the served folder: an error's paths inside it are shown
-    relative to it (see ``_mcp_sanitize``).
+    relative to it (see ``sanitize``).
     """
     if result.error is not None:
         return _render_error(result, result.error, version, root)

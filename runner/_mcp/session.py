@@ -7,7 +7,7 @@ calls' settings) serves any number of :class:`McpSession` s, each with its own
 ``Connection``, negotiated revision, requests in flight and outboxes. The stdio
 transport (:class:`McpServer`: UTF-8 JSON-RPC 2.0, one message per line,
 nothing but protocol on stdout) is one session; Streamable HTTP
-(``_mcp_http``) opens one per ``Mcp-Session-Id``.
+(``http``) opens one per ``Mcp-Session-Id``.
 
 What is mapped how:
 
@@ -17,32 +17,32 @@ What is mapped how:
   (the stateless 2026-07-28 era) is answered "method not found", which is what
   makes the SDK's ``mode="auto"`` clients fall back to ``initialize``.
 - ``tools/list``: every tool that is not ``hidden`` (and ``resolve`` while
-  pending actions wait for it: ``_mcp_server`` rule 5): ``name``, ``title``
-  (the label), ``description``, ``inputSchema``, and its declarations (``_mcp_render``).
+  pending actions wait for it: ``server`` rule 5): ``name``, ``title``
+  (the label), ``description``, ``inputSchema``, and its declarations (``render``).
 - ``tools/call``: one :meth:`Runner.call_tool`. Every failure, whatever its
   kind (not_found included, so a model can read "did you mean ..."), is an
   ``isError: true`` result; the kind and its evidence are in
   ``_meta["xcsh-run/error"]`` and (2025-06-18 and later) in
-  ``structuredContent.error``, without host paths (``_mcp_sanitize``). ``details``
+  ``structuredContent.error``, without host paths (``sanitize``). ``details``
   are ``structuredContent`` when an object, and in ``_meta["xcsh-run/details"]``.
 - ``on_update`` partials become ``notifications/progress`` (a counter, and the
   partial's text as ``message``) when the request carried ``_meta.progressToken``.
 - A call's ``api.logger`` records become ``notifications/message``
-  (``_mcp_logging``), its ``api.ui`` prompts ``elicitation/create``
-  (``_mcp_elicit``), for the session that made the call (``_mcp_call``).
+  (``log_records``), its ``api.ui`` prompts ``elicitation/create``
+  (``elicit``), for the session that made the call (``call_link``).
 - ``notifications/cancelled`` goes through :meth:`Runner.cancel` (the ladder);
   per the spec the cancelled request gets no response at all.
 - The candidate tool files are polled for changes; a change opens a new
   runner beside the old one: new calls go to it once it is loaded, calls in
-  flight finish on the old one, which then closes (``_mcp_reload``). A
+  flight finish on the old one, which then closes (``reload``). A
   ``notifications/tools/list_changed`` follows when the listing changed.
 - Malformed lines get JSON-RPC errors (-32700, -32600, -32601, -32602) with
-  the request's id whenever it can be told, else with no id (``_mcp_wire``);
+  the request's id whenever it can be told, else with no id (``wire``);
   an id in flight is never answered twice, so a request reusing one gets no
-  answer (``_mcp_methods``). A second ``initialize`` is refused (-32600).
+  answer (``methods``). A second ``initialize`` is refused (-32600).
   Batches are served as one array under 2025-03-26 only, and refused
   otherwise. Tool names that break MCP's rule are served under a sanitized
-  name (``_mcp_names``). Requests run concurrently, each in its own task.
+  name (``names``). Requests run concurrently, each in its own task.
 - stdin EOF (or SIGTERM/SIGINT) stops every call through the ladder, closes
   the runners and returns once no worker is left.
 - A session sends in two places only: :meth:`McpSession.notify` (what the
@@ -50,14 +50,14 @@ What is mapped how:
   belongs to a request: its progress, log records, prompts and response, to
   the request's reply outbox).
 
-Layout: ``_mcp_server`` (what sessions share, and the lifecycle),
-``_mcp_transport`` (stdio lines, the writer task), ``_mcp_wire`` (what a line
-or an HTTP body holds, id recovery, error lines), ``_mcp_methods`` (the
+Layout: ``server`` (what sessions share, and the lifecycle),
+``line_transport`` (stdio lines, the writer task), ``wire`` (what a line
+or an HTTP body holds, id recovery, error lines), ``methods`` (the
 method table of the shared sans-io ``Connection``, which keeps the JSON-RPC
 books: ids in flight, duplicates, one answer per request, unknown methods,
-params that are not an object, the lifecycle; batches), ``_mcp_render``
-(tools, results and progress on the wire), ``_mcp_names`` (tool names),
-``_mcp_reload`` (runners and their generations); this module is the MCP
+params that are not an object, the lifecycle; batches), ``render``
+(tools, results and progress on the wire), ``names`` (tool names),
+``reload`` (runners and their generations); this module is the MCP
 application.
 """
 
@@ -154,7 +154,7 @@ class McpSession:
         self._closing: str | None = None  # why the session stops taking calls, once it does
         self._deadline = math.inf  # what requests may take once it winds down
         self._idle = trio.Event()  # set when the last request in flight ends
-        self.log_level = DEFAULT_LEVEL  # the least severe log record its client is sent (_mcp_logging)
+        self.log_level = DEFAULT_LEVEL  # the least severe log record its client is sent (log_records)
         self.can_elicit: bool | None = None  # whether its client takes prompts; None until initialize
         self.can_sample = False  # whether its client offers sampling (api.sample)
         self._asker = Asker(self._conn)  # the prompts sent to its client, waiting for their answers
@@ -187,7 +187,7 @@ class McpSession:
     async def ask(
         self, request: _Request, params: dict[str, Any], timeout: float, *, sample: bool = False
     ) -> Answer | None:
-        """Ask the client for ``request``'s tool (a prompt, or a sample); its answer, or None (_mcp_elicit)."""
+        """Ask the client for ``request``'s tool (a prompt, or a sample); its answer, or None (elicit)."""
         if not request.reply.carries_requests:
             return None  # a JSON-only reply would drop the request: the no-op answer now, not at the timeout
         return await self._asker.ask(params, functools.partial(self._send_for, request), timeout, sample=sample)
@@ -195,7 +195,7 @@ class McpSession:
     # --- lifecycle ---------------------------------------------------------------
 
     def receive(self, message: Incoming, reply: Outbox | None = None) -> None:
-        """What the client sent (``_mcp_wire.classify``); a request's progress and response go to ``reply``."""
+        """What the client sent (``wire.classify``); a request's progress and response go to ``reply``."""
         self._on_message(message, reply)
 
     @property
@@ -289,13 +289,13 @@ class McpSession:
 
     def _receive(self, message: Message, out: Outbox, batch: BatchReply | None) -> tuple[bool, bytes | None]:
         """Take one message: whether a request started (it answers itself), and the answer due at once, if any."""
-        if is_answer(message):  # to a prompt of ours, or dropped (_mcp_elicit)
+        if is_answer(message):  # to a prompt of ours, or dropped (elicit)
             self._asker.answered(message)
             return False, None
         try:
             self._conn.receive_message(message)
             event = self._conn.next_event()
-        except (LocalProtocolError, RemoteProtocolError) as exc:  # pragma: no cover - see _mcp_methods
+        except (LocalProtocolError, RemoteProtocolError) as exc:  # pragma: no cover - see methods
             # Out of reach with this table (incoming notifications are lenient
             # or take any params, and answers go to the asker); should it
             # happen, stop cleanly.
@@ -315,7 +315,7 @@ class McpSession:
         if isinstance(event, RequestRefused):
             if event.id in self._conn.unanswered:
                 # Whatever else is wrong with it, any answer would carry the id, and the
-                # client would take it for the answer to the request in flight (_mcp_methods).
+                # client would take it for the answer to the request in flight (methods).
                 why = "request id %r is already in use by a request in flight: the new %s request is not answered"
                 logger.warning(why, event.id, event.method_name)
                 return False, None

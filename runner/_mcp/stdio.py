@@ -1,7 +1,7 @@
 """``xcsh-run serve`` over stdio: one :class:`McpSession` on this process's stdin and stdout.
 
 The MCP stdio transport: UTF-8 JSON-RPC 2.0, one message per line, nothing but
-protocol on stdout (``_mcp_transport`` reads and writes the lines). The
+protocol on stdout (``line_transport`` reads and writes the lines). The
 server owns its :class:`ToolServer`; the session is the only one it has.
 """
 

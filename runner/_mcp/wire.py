@@ -1,6 +1,6 @@
 """MCP's JSON-RPC on the wire, with no I/O: what one line (or HTTP body) holds, and the error lines.
 
-Any transport (the stdio lines of ``_mcp_transport``, an HTTP body) hands the
+Any transport (the stdio lines of ``line_transport``, an HTTP body) hands the
 bytes of one message to :func:`classify`, which tells a request or a
 notification (the shared protocol's typed ``Request`` / ``Notification``)
 from a :class:`Batch` and from :class:`Malformed` input, and the owner answers.

@@ -6,7 +6,7 @@ Two properties per tool, each a Hypothesis test driven through the real runner
 * **valid inputs**: arguments the schema accepts must not crash the worker,
   time out, break the protocol, be refused as ``invalid_arguments``, or come
   back in a shape other than MCP content blocks, or end as a ``tool_error``
-  whose exception signals a bug (``_fuzz_judge`` has the rule: a deliberate
+  whose exception signals a bug (``_judge`` has the rule: a deliberate
   ``ToolError`` or a declared expected error passes).
 * **near-misses**: a valid object with one thing broken (a required property
   left out, a property of the wrong type, an unknown property when
@@ -15,18 +15,18 @@ Two properties per tool, each a Hypothesis test driven through the real runner
 
 After every call no worker may still be busy and no process carrying this
 run's marker may live outside the runner's own workers; after the run, none at
-all. A failure does not end the search (``_fuzz_search`` runs each property
+all. A failure does not end the search (``_search`` runs each property
 in rounds): every distinct failure is shrunk by Hypothesis to a minimal
 example and reported with a ready ``xcsh-run TOOL --args '...'`` command; a
 run is reproducible from its seed (no example database, so CI runs do not
 depend on local state).
 
-Hypothesis, and the strategies in ``_fuzz_schema``, are imported only when a
+Hypothesis, and the strategies in ``_schema``, are imported only when a
 fuzz run starts: ``import xcsh_run`` (and so ``xcsh-run TOOL``) does not pay for
 them, and works without them. Hypothesis is the ``fuzz`` extra
 (``xcsh-run[fuzz]``, or ``pip install hypothesis`` beside xcsh-run); without it a run fails at once with a
-:class:`ConfigError` saying so. The reports are in ``_fuzz_report``, the
-process checks in ``_fuzz_procs``, the verdicts in ``_fuzz_judge``.
+:class:`ConfigError` saying so. The reports are in ``_report``, the
+process checks in ``_leftovers``, the verdicts in ``_judge``.
 """
 
 from __future__ import annotations

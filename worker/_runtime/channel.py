@@ -2,7 +2,7 @@
 
 The Connection has no threads, and the worker has three kinds of them that
 use it: whichever thread reads fd_in (bytes in, events out; see
-``_inbox.py``), the main thread (answers) and tool threads (notifications and
+``inbox.py``), the main thread (answers) and tool threads (notifications and
 requests to the host). So every use of the Connection holds one lock, and
 nothing blocks while holding it.
 
@@ -67,7 +67,7 @@ class Channel:
     def read(self) -> bytes:
         """One blocking read of fd_in; empty at the end of the stream.
 
-        Only the thread that owns fd_in calls this (``_inbox.py``).
+        Only the thread that owns fd_in calls this (``inbox.py``).
 
         Raises:
             OSError: reading the pipe failed.

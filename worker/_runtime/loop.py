@@ -7,11 +7,11 @@ Lifecycle (each step is the only thing happening at that point):
    only R and W, so nothing a tool prints can corrupt a frame.
 2. The main thread reads ``initialize`` (blocking, single-threaded: the host
    attaches the worker to its kill boundary before sending it), forks its
-   supervisor at ``contained`` and ``strict`` (``_supervisor.py``: the same
+   supervisor at ``contained`` and ``strict`` (``supervisor.py``: the same
    lifeline, where the tool cannot disarm it), applies its sandbox and answers.
 3. A reader thread starts. From now on fd R is read by the main thread while
    it is idle and by the reader thread while the main thread serves a request
-   (``_inbox.py``): requests are queued and served in order, ``$/cancel``
+   (``inbox.py``): requests are queued and served in order, ``$/cancel``
    marks the running call's signal (or is kept for a call still queued), and
    EOF means the host is gone, so the worker kills its own tree (the lifeline;
    the supervisor does the same whatever the tool did to this process).

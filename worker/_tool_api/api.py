@@ -1,7 +1,7 @@
 """The ``api`` object every factory receives (SPEC §2, "The API object").
 
 Everything that reaches the host (UI, logging, ctx.abort, pending actions)
-goes through :class:`HostLink` (``_hostlink``); ``api.ui`` and the calling
+goes through :class:`HostLink` (``host_link``); ``api.ui`` and the calling
 convention its methods share with :meth:`ToolAPI.exec` and
 :meth:`ToolAPI.sample` (an awaitable inside a running asyncio loop, the value
 elsewhere) are in ``_ui``.

@@ -6,7 +6,7 @@ worker, trio tasks in the host, a line reader in the MCP server) only moves
 bytes and waits. Everything JSON-RPC bookkeeping needs lives here, once:
 request ids, our outstanding requests, their unanswered requests, the
 lifecycle (``State``) and the typed decoding of params and results through the
-method table (``_methods.py``).
+method table (``methods.py``).
 
 Rules (each one a test in tests/protocol/test_connection.py, and the model of
 fuzz/test_connection_fuzz.py):

@@ -1,6 +1,6 @@
 """Typed decoders, made once per type: payloads into their method's types, and a whole answer in one pass.
 
-Rule 3 (``_messages.py``) keeps ``params`` and ``result`` as Raw until the
+Rule 3 (``messages.py``) keeps ``params`` and ``result`` as Raw until the
 receiver knows their type. For an answer that costs two passes over its
 result: the envelope pass that finds the Raw member, and the typed decode of
 it. An answer in this side's own encoding (``{"id":N,"result":...``) to a

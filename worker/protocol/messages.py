@@ -2,7 +2,7 @@
 
 Rule 3 of the protocol: ``params`` and ``result`` stay as :class:`msgspec.Raw`
 until the receiver knows what they should be, so each side decodes them
-exactly once, into the type the method calls for (see ``_methods.py``). A
+exactly once, into the type the method calls for (see ``methods.py``). A
 sender puts the value itself in them (or Raw it encoded earlier), so that it
 is encoded once, in the same pass as its frame.
 """

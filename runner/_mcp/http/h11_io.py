@@ -17,7 +17,7 @@ Rules:
    body must arrive within :data:`REQUEST_TIMEOUT`; an idle keep-alive
    connection closes after :data:`IDLE_TIMEOUT`; and the caller may set an
    earlier deadline for the head (a connection not yet admitted, see
-   ``_mcp_http_admission``).
+   ``admission``).
 3. A caller's ``screen`` sees a request's head before its body is read (it
    may wait, within the request's deadline); when it refuses the head, the
    body is read past (not kept, bounded in size and time) so that the

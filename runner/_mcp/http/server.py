@@ -1,7 +1,7 @@
 """``xcsh-run serve --http``: the MCP Streamable HTTP transport (revision 2025-11-25), on trio and h11.
 
 One endpoint, ``/mcp``: ``POST`` carries one client message (or, under
-2025-03-26, a batch), read by ``_mcp_wire.classify`` as a stdio line is;
+2025-03-26, a batch), read by ``wire.classify`` as a stdio line is;
 ``GET`` opens the session's server-to-client SSE stream (or resumes a stream
 with ``Last-Event-ID``), ``DELETE`` ends the session. Every session is an
 :class:`~xcsh_run._mcp.session.McpSession` of one shared ``ToolServer``.
@@ -30,11 +30,11 @@ Rules:
    time to read them, the connections (rule 8), the sessions (the least
    recently used idle one is ended for a new one; 503 when none is idle),
    the streams kept per session, and each stream's events
-   (``_mcp_http_streams``).
+   (``streams``).
 6. SIGTERM/SIGINT (or the end of the process's own tasks) stop accepting,
    close every connection and wind every session down as stdio does.
 7. A body that holds no message gets 400 with a JSON-RPC error that carries
-   the id ``_mcp_wire`` recovers (never null; none when the id is in flight
+   the id ``wire`` recovers (never null; none when the id is in flight
    in the session named). A batch is served when the session negotiated
    2025-03-26 (the one revision with batches): its answers as one array, on
    an SSE stream or as a JSON body as rule 3 says, and its requests stopped
@@ -42,7 +42,7 @@ Rules:
    responses gets 202. Under any other revision a batch gets 400.
 8. A connection counts against ``max_connections`` only from its first
    complete head that passes rule 1's ``Origin`` and token checks
-   (``_mcp_http_admission``). Before that it is pending, in a small quota
+   (``admission``). Before that it is pending, in a small quota
    with a short deadline for that head; while the quota is full, the oldest
    pending connection is dropped for a newcomer once it had half a second.
    A first head that fails is answered (403, 401); one that passes while
