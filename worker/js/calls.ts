@@ -7,6 +7,7 @@
  * it runs. On abort the answer is `cancelled` at once: a tool that ignores its
  * signal is left running, and the host kills the boundary after its grace period.
  */
+import { isExtensionTool } from "./extension.ts";
 import { Code, type ErrorObject, errorObject } from "./frames.ts";
 import type { LoadedTool } from "./loader.ts";
 import {
@@ -119,7 +120,10 @@ export function startCall(call: Call, tool: LoadedTool, params: Record<string, a
   const ctx = makeCtx(isPlainObject(params.ctx) ? params.ctx : {}, call.callId, deps);
   (async () => {
     try {
-      const value = await tool.tool.execute(call.callId, args, onUpdate, ctx, call.controller.signal);
+      const signal = call.controller.signal;
+      const value = await (isExtensionTool(tool.tool)
+        ? tool.tool.execute(call.callId, args, signal, onUpdate, ctx) // pi.registerTool's order
+        : tool.tool.execute(call.callId, args, onUpdate, ctx, signal));
       if (call.done) return;
       call.finish({ result: normalizeResult(value) });
     } catch (exc) {

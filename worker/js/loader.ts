@@ -6,6 +6,7 @@
  */
 import * as fs from "node:fs";
 import * as path from "node:path";
+import { ignoredWarning, makeExtension } from "./extension.ts";
 import { Code, type ErrorObject, errorObject } from "./frames.ts";
 import { ContentError, ProcessExit, checkIcons, errorMessage, errorType, short, traceback } from "./results.ts";
 
@@ -57,13 +58,25 @@ export async function loadTools(modulePath: string, api: unknown): Promise<Loade
     );
   }
   let value: unknown;
+  const extension = makeExtension(api as Record<string, unknown>);
   try {
-    value = await factory(api);
+    value = await factory(extension.api);
   } catch (exc) {
     const what = exc instanceof ProcessExit ? `called process.exit(${short(exc.exitCode)})` : `raised ${errorType(exc)}: ${errorMessage(exc)}`;
     return errorObject(Code.LOAD_ERROR, `${modulePath}: factory(api) ${what}`, { traceback: traceback(exc) });
   }
-  const entries = Array.isArray(value) ? value : [value];
+  if (value == null && !extension.tools.length) {
+    return errorObject(
+      Code.LOAD_ERROR,
+      `${modulePath}: the module's default export returned ${describe(value)} and registered no tool; ` +
+        "a tool module returns its tools (`return { name, description, parameters, execute }` or an array), " +
+        "an extension registers them (`pi.registerTool({ name, description, parameters, execute })`)",
+    );
+  }
+  const returned = value == null ? [] : Array.isArray(value) ? value : [value];
+  const entries = [...returned, ...extension.tools];
+  const ignored = extension.ignored();
+  if (ignored.length) (api as { logger?: { warn?(m: string): void } }).logger?.warn?.(ignoredWarning(modulePath, ignored));
   const loaded: Loaded = { tools: new Map(), result: { tools: [], entry_errors: [] } };
   entries.forEach((entry, index) => {
     let tool: LoadedTool;
