@@ -102,7 +102,8 @@ async def test_an_extension_that_registers_nothing_says_what_to_do(face: str, le
             missing = await f.call("silent", {})
             bystander = await f.call("order", {})
     assert not bystander.is_error  # the other module still loads
-    assert missing.is_error
+    assert missing.is_error and "returned nothing and registered no tool" in missing.text, missing
+    assert "pi.registerTool(" in missing.text
 
 
 @pytest.mark.parametrize("level", LEVELS)

@@ -68,7 +68,7 @@ export async function loadTools(modulePath: string, api: unknown): Promise<Loade
   if (value == null && !extension.tools.length) {
     return errorObject(
       Code.LOAD_ERROR,
-      `${modulePath}: the module's default export returned ${describe(value)} and registered no tool; ` +
+      `${modulePath}: the module's default export returned ${value === null ? "null" : "nothing"} and registered no tool; ` +
         "a tool module returns its tools (`return { name, description, parameters, execute }` or an array), " +
         "an extension registers them (`pi.registerTool({ name, description, parameters, execute })`)",
     );
