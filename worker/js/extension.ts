@@ -57,7 +57,9 @@ export interface Extension {
   ignored(): string[];
 }
 
-export function makeExtension(base: Record<string, unknown>): Extension {
+export function makeExtension(api: Record<string, unknown>): Extension {
+  // A frozen tool API cannot take the methods: then an object that inherits from it does.
+  const base: Record<string, unknown> = Object.isExtensible(api) ? api : Object.create(api);
   const tools: unknown[] = [];
   const ignored = new Set<string>();
   const note = (what: string) => ignored.add(what);
