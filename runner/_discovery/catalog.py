@@ -178,9 +178,13 @@ class Catalog:
             self.failures.extend(errors)
             for info in infos:
                 self._register(info)
-        # The hidden built-in `resolve` exists only when some tool can defer its
-        # effect (as in the original design, where it names a pending action).
-        if any(t.deferrable for t in self.tools.values()) and "resolve" not in self.tools:
+        # The hidden built-in `resolve` always exists: any call may leave a
+        # pending action (`deferrable` is a hint, not a gate: tools written for
+        # the original push previews without it), and one that cannot be
+        # resolved is a change that silently never happens. Hidden, it is
+        # listed over MCP only while an action waits (xcsh_run._mcp.server).
+        # A tool of that name takes its place (it was registered first).
+        if "resolve" not in self.tools:
             self.tools["resolve"] = ToolInfo(
                 name="resolve",
                 label="Resolve",
