@@ -116,7 +116,9 @@ async def open_face(
     if face == "cli":
         yield out
     elif face == "embed":
-        async with open_runner(tools, cwd=cwd, sandbox=SandboxPolicy(level=level, **(policy or {})), **runner_options) as runner:
+        async with open_runner(
+            tools, cwd=cwd, sandbox=SandboxPolicy(level=level, **(policy or {})), **runner_options
+        ) as runner:
             out._runner = runner
             yield out
     else:

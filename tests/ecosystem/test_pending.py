@@ -26,7 +26,7 @@ def written(path: Path) -> str | None:
 
 @pytest.mark.parametrize("kind", TOOLS)
 @pytest.mark.parametrize("level", LEVELS)
-@pytest.mark.parametrize("face", ("embed", "mcp"))
+@pytest.mark.parametrize("face", ["embed", "mcp"])
 async def test_resolve_applies_and_discards_a_preview_without_deferrable(
     face: str, level: str, kind: str, tmp_path: Path
 ) -> None:
