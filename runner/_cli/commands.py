@@ -144,7 +144,8 @@ def _check_hidden(names: list[str], tools: list[str] | None, load_timeout: float
         async with open_runner(
             tools or (), load_timeout=load_timeout, sandbox=sandbox, spare_workers=0, discover_sources=True
         ) as runner:
-            return sorted(t.name for t in runner.tools if t.hidden)
+            # The built-in `resolve` is callable (so listable) whatever the tools declare.
+            return sorted({t.name for t in runner.tools if t.hidden} | {"resolve"})
 
     hidden = _run(hidden_tools)
     unknown = [n for n in dict.fromkeys(names) if n not in hidden]

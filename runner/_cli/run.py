@@ -176,9 +176,11 @@ async def _settle_previews(runner: Runner, resolve: str, interactive: bool) -> l
     for preview in reversed(runner.pending_actions()):
         label = visible(str(preview.get("label", "")))[:200]
         info = runner.get_tool("resolve")
-        if info is None or info.module != BUILTIN_MODULE:
-            where = "" if info is None else f" (a tool named 'resolve' from {info.module} takes its name)"
-            problems.append(f"preview {label!r} not applied: the built-in resolve is missing{where}")
+        if info is not None and info.module != BUILTIN_MODULE:
+            problems.append(
+                f"preview {label!r} not applied: a tool named 'resolve' ({info.module}) takes the built-in's name; "
+                "rename it to let previews be settled"
+            )
             continue
         action = resolve
         if action == "ask":

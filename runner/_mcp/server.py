@@ -45,7 +45,7 @@ import msgspec
 import trio
 
 from xcsh_run._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT, DEFAULT_QUEUE_TIMEOUT, check_seconds
-from xcsh_run._discovery import BUILTIN_MODULE, ToolInfo
+from xcsh_run._discovery import BUILTIN_MODULE, RESOLVE_TOOL, ToolInfo
 from xcsh_run._host import Runner, watching_signals
 from xcsh_run._mcp.call_link import CallLinks
 from xcsh_run._mcp.reload import Runners
@@ -253,7 +253,7 @@ class ToolServer:
                 msgspec.structs.replace(t, hidden=False) if t.hidden and t.name in self._include_hidden else t
                 for t in tools
             ]
-        return _with_resolve(tools, resolve_listed)
+        return _with_resolve(tools, resolve_listed or RESOLVE_TOOL.name in self._include_hidden)
 
     async def _tell_sessions(self, before: list[ToolInfo], after: list[ToolInfo]) -> None:
         for session in list(self.sessions):
@@ -264,6 +264,9 @@ def _with_resolve(tools: list[ToolInfo], listed: bool) -> list[ToolInfo]:
     """``tools`` with the built-in ``resolve`` shown (it is ``hidden`` otherwise), when ``listed``."""
     if not listed:
         return tools
+    if all(t.name != RESOLVE_TOOL.name for t in tools):
+        # Callable whatever the tools declare (Catalog.lookup), so listed whatever they declare.
+        return [*tools, msgspec.structs.replace(RESOLVE_TOOL, hidden=False)]
     return [msgspec.structs.replace(t, hidden=False) if t.module == BUILTIN_MODULE else t for t in tools]
 
 

@@ -17,8 +17,7 @@ import pytest
 import trio
 
 from tests.conftest import XCSH_RUN, make_runner
-from xcsh_run import Candidate, ToolInfo, discover_and_load_custom_tools, discover_custom_tool_paths, load_custom_tools
-from xcsh_run._discovery import BUILTIN_MODULE
+from xcsh_run import Candidate, discover_and_load_custom_tools, discover_custom_tool_paths, load_custom_tools
 
 TEMPLATE = """
 import os
@@ -48,11 +47,6 @@ def import_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     log.write_text("")
     monkeypatch.setenv("XCSH_RUN_IMPORT_LOG", str(log))
     return log
-
-
-def loaded(tools: list[ToolInfo]) -> list[ToolInfo]:
-    """The tools the modules define: without the built-in ``resolve``, which every runner has."""
-    return [t for t in tools if t.module != BUILTIN_MODULE]
 
 
 def imported(log: Path) -> list[str]:
@@ -136,7 +130,7 @@ async def test_discover_and_load_returns_tools_with_sources(tree: tuple[Path, Pa
     project, _ = tree
     with trio.fail_after(60):
         result = await discover_and_load_custom_tools([], str(project), ["native_user"])
-    names = [t.name for t in loaded(result.tools)]
+    names = [t.name for t in result.tools]
     assert names == [
         "native_project",
         "claude_user",
@@ -160,7 +154,7 @@ async def test_same_named_module_is_shadowed_and_reported(tmp_path: Path, import
     write_tool(home / ".claude" / "tools", "twin", "twin_b")
     with trio.fail_after(30):
         result = await discover_and_load_custom_tools([], str(project))
-    assert [t.name for t in loaded(result.tools)] == ["twin_a"]
+    assert [t.name for t in result.tools] == ["twin_a"]
     (error,) = result.errors
     assert error.shadowed_by == str(first)
     assert error.source.provider == "claude"
@@ -177,7 +171,7 @@ async def test_metadata_file_named_like_a_module_cannot_hide_it(tmp_path: Path, 
     (tools / "README.md").write_text("docs")
     with trio.fail_after(30):
         result = await discover_and_load_custom_tools([], str(tmp_path))
-    assert [t.name for t in loaded(result.tools)] == ["hello"]
+    assert [t.name for t in result.tools] == ["hello"]
     assert result.errors == []
 
 
@@ -188,7 +182,7 @@ async def test_conflicts_between_sources_first_wins(tmp_path: Path, import_log: 
     codex = write_tool(home / ".codex" / "tools", "b_module", "same_name")
     with trio.fail_after(30):
         result = await discover_and_load_custom_tools([], str(project))
-    (tool,) = loaded(result.tools)
+    (tool,) = result.tools
     assert tool.module == str(native)
     (error,) = result.errors
     assert error.path == str(codex)
@@ -203,7 +197,7 @@ async def test_symlinked_duplicate_across_sources_loads_once(tmp_path: Path, imp
     (home / ".codex" / "tools" / "other_name.py").symlink_to(real)
     with trio.fail_after(30):
         result = await discover_and_load_custom_tools([str(real)], str(project))
-    assert [t.name for t in loaded(result.tools)] == ["linked"]
+    assert [t.name for t in result.tools] == ["linked"]
     assert result.errors == []
     assert len(imported(import_log)) == 1
 
@@ -213,7 +207,7 @@ async def test_load_custom_tools_loads_only_the_given_paths(tree: tuple[Path, Pa
     path = home / ".codex" / "tools" / "codex_user.py"
     with trio.fail_after(30):
         result = await load_custom_tools([str(path)], str(project))
-    assert [(t.name, t.source.provider) for t in loaded(result.tools)] == [("codex_user", "config")]
+    assert [(t.name, t.source.provider) for t in result.tools] == [("codex_user", "config")]
     assert len(imported(import_log)) == 1
 
 
@@ -224,7 +218,7 @@ async def test_bad_registry_is_a_warning_not_a_failure(tmp_path: Path, import_lo
     write_tool(home / ".claude" / "tools", "still_here")
     with trio.fail_after(30):
         async with make_runner(cwd=tmp_path) as runner:
-            names = [t.name for t in loaded(runner.tools)]
+            names = [t.name for t in runner.tools]
             warnings = runner.warnings
     assert names == ["still_here"]
     assert any("unreadable plugin registry" in w for w in warnings)
@@ -283,7 +277,7 @@ async def test_entry_point_plugin_in_the_plugin_prefix(plugin_dist: Path, tmp_pa
     (home / ".xcsh" / "plugins").symlink_to(plugin_dist, target_is_directory=True)
     with trio.fail_after(30):
         async with make_runner(cwd=tmp_path) as runner:
-            (tool,) = loaded(runner.tools)
+            (tool,) = runner.tools
             result = await runner.call_tool("plugin_greet")
     assert tool.source.provider == "plugin" and tool.source.provider_name == "xcsh-test-plugin"
     assert tool.module.endswith("xcsh_test_plugin/tools.py")
@@ -299,12 +293,12 @@ async def test_a_plugin_installed_later_is_noticed(plugin_dist: Path, tmp_path: 
     prefix.mkdir(parents=True)
     with trio.fail_after(60):
         async with make_runner(cwd=tmp_path) as runner:
-            assert loaded(runner.tools) == []
+            assert runner.tools == []
         for entry in plugin_dist.iterdir():  # what `pip install --target` would add
             copy = shutil.copytree if entry.is_dir() else shutil.copy2
             copy(entry, prefix / entry.name)
         async with make_runner(cwd=tmp_path) as runner:
-            names = [t.name for t in loaded(runner.tools)]
+            names = [t.name for t in runner.tools]
     assert names == ["plugin_greet"]
 
 
@@ -339,9 +333,7 @@ def test_second_cli_call_imports_one_module_and_list_none(git_repo: Path, import
     assert {f"mod{i:02d}" for i in range(8)} <= set(first_imports)
     assert len(first_imports) == len(set(first_imports))  # none twice
     listing = subprocess.run([XCSH_RUN, "list", "--json"], cwd=git_repo, capture_output=True, text=True, timeout=120)
-    assert (
-        len([t for t in json.loads(listing.stdout)["tools"] if t["name"] != "resolve"]) == 51
-    )  # plus repo_stats in the fixture repo
+    assert len(json.loads(listing.stdout)["tools"]) == 51  # plus repo_stats in the fixture repo
     # The rest were imported now (one cancelled mid-import by the first call, if any, twice).
     assert set(imported(import_log)) == {f"mod{i:02d}" for i in range(50)}
     import_log.write_text("")
@@ -349,7 +341,7 @@ def test_second_cli_call_imports_one_module_and_list_none(git_repo: Path, import
     assert second.stdout == "mod42\n"
     assert imported(import_log) == ["mod42"]  # exactly one worker: the module defining the tool
     listing = subprocess.run([XCSH_RUN, "list", "--json"], cwd=git_repo, capture_output=True, text=True, timeout=60)
-    assert len([t for t in json.loads(listing.stdout)["tools"] if t["name"] != "resolve"]) == 51
+    assert len(json.loads(listing.stdout)["tools"]) == 51
     assert imported(import_log) == ["mod42"]  # list imported nothing
 
 
@@ -367,7 +359,7 @@ async def test_changed_added_and_removed_files_are_noticed(tmp_path: Path, impor
         b.unlink()
         write_tool(tools, "c", "tool_c")
         async with make_runner(tools, cwd=tmp_path) as runner:
-            names = sorted(t.name for t in loaded(runner.tools))
+            names = sorted(t.name for t in runner.tools)
             started = runner.statistics().workers_started
     assert names == ["tool_c", "tool_x"]
     assert started == 2  # a (changed) and c (new)
@@ -396,7 +388,7 @@ async def test_corrupt_or_unwritable_cache_is_a_warning(tmp_path: Path, import_l
         for entry in (cache / "modules").iterdir():
             entry.write_text("{garbage")
         async with make_runner(tools, cwd=tmp_path, cache_dir=cache) as runner:
-            assert [t.name for t in loaded(runner.tools)] == ["tool_a"]
+            assert [t.name for t in runner.tools] == ["tool_a"]
             assert any("is corrupt" in w for w in runner.warnings)
         not_a_dir = tmp_path / "file"
         not_a_dir.write_text("")
@@ -472,7 +464,7 @@ async def test_a_cache_settled_run_picks_what_a_full_load_picks(
     configured = write_tool(tmp_path / "configured", "configured", "configured_tool")
     with trio.fail_after(120):
         async with make_runner(configured, cwd=project, discover_sources=True) as runner:
-            full = {t.name: t.module for t in loaded(runner.tools)}
+            full = {t.name: t.module for t in runner.tools}
         assert entry_point_scans == ["scan"]
         assert full["codex_user"].endswith("/conflicting.py") and "shadowed_name" not in full
         for name, module in full.items():
