@@ -44,6 +44,8 @@ Tools are found, in this order of precedence, in:
   <installPath>/tools of Claude marketplace plugins (installed_plugins.json registries)
   ~/.codex/tools, <root>/.codex/tools         (Codex: user, then project)
   installed packages with `xcsh.tools` entry points (here, and in ~/.xcsh/plugins)
+  <root>/.omp/tools, ~/.omp/agent/tools       (oh-my-pi: project, then user)
+  <root>/.pi/tools, ~/.pi/agent/tools         (pi-mono: project, then user)
   every --tools PATH
 <root> is the nearest folder up from here with .xcsh/, else with .git, else here (`xcsh-run list` shows it).
 What each module defines is cached in ~/.cache/xcsh-run, so unchanged modules are not imported again.
@@ -55,6 +57,8 @@ Exit codes of a run:
     2  usage error: bad flags, malformed --args, invalid arguments, unknown tool
    75  busy: the call waited past the queue deadline and never started; retry later
   124  timeout
+    3  a preview the tool left was not settled: --resolve ask without a terminal,
+       or applying it failed (the change is not applied; the message says why)
   130  cancelled (Ctrl-C or SIGTERM; the worker's whole tree is stopped first)
 """
 

@@ -28,7 +28,7 @@ from xcsh_run._cli.options import (
     with_sandbox_options,
 )
 from xcsh_run._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_QUEUE_TIMEOUT
-from xcsh_run._host import Signals
+from xcsh_run._host import Signals, open_runner
 from xcsh_run._safe_text import visible
 from xcsh_run._sandbox import SandboxPolicy
 from xcsh_run._terminal import configure_log_file
@@ -63,6 +63,14 @@ def serve_command(
     port_file: PortFileOpt = None,
     token: TokenOpt = None,
     allow_origin: AllowOriginOpt = None,
+    include_hidden: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--include-hidden",
+            metavar="NAME",
+            help="List this hidden tool in tools/list too (repeatable); hidden tools are callable by name anyway.",
+        ),
+    ] = None,
     cwd: CwdOpt = None,
     *,
     sandbox: SandboxPolicy,
@@ -88,6 +96,8 @@ def serve_command(
             parse_address(http)
         except ValueError as exc:
             fail(str(exc))
+    if include_hidden:
+        _check_hidden(include_hidden, tools, load_timeout, sandbox)
     if token is not None and any(arg == "--token" or arg.startswith("--token=") for arg in sys.argv):
         # /proc/<pid>/cmdline is world-readable: the environment variable is not.
         typer.echo(
@@ -111,6 +121,7 @@ def serve_command(
         sandbox=sandbox,
         max_workers=max_workers,
         queue_timeout=queue_timeout,
+        include_hidden=include_hidden or (),
     )
 
     async def main(_: Signals) -> int:
@@ -120,6 +131,27 @@ def serve_command(
 
     # As the server itself does: 128 + the signal's number.
     raise typer.Exit(_run(main, exit_code=lambda sig: 128 + int(sig)))
+
+
+def _check_hidden(names: list[str], tools: list[str] | None, load_timeout: float, sandbox: SandboxPolicy) -> None:
+    """Fail (usage, exit 2) unless every ``--include-hidden`` name is a hidden tool of those found now.
+
+    A load of its own, before the server's: a typo found only by a client that
+    never sees the tool would be found by nobody.
+    """
+
+    async def hidden_tools(_: Signals) -> list[str]:
+        async with open_runner(
+            tools or (), load_timeout=load_timeout, sandbox=sandbox, spare_workers=0, discover_sources=True
+        ) as runner:
+            # The built-in `resolve` is callable (so listable) whatever the tools declare.
+            return sorted({t.name for t in runner.tools if t.hidden} | {"resolve"})
+
+    hidden = _run(hidden_tools)
+    unknown = [n for n in dict.fromkeys(names) if n not in hidden]
+    if unknown:
+        there = ", ".join(hidden) if hidden else "none"
+        fail(f"--include-hidden: no hidden tool named {', '.join(map(repr, unknown))}; the hidden tools are: {there}")
 
 
 @app.command("fuzz")

@@ -31,6 +31,7 @@ class ExitCode(IntEnum):
     OK = 0
     TOOL_ERROR = 1  # the result is an error (tool_error, crashed, load_error, limit_exceeded, protocol_error)
     USAGE = 2  # bad flags, malformed --args, invalid arguments, unknown tool
+    UNSETTLED = 3  # a preview the call left was not settled (--resolve ask without a terminal, apply failed)
     BUSY = 75  # EX_TEMPFAIL: the runner was busy and the call never started; retry later
     TIMEOUT = 124  # like timeout(1)
     CANCELLED = 130  # like a shell's 128 + SIGINT

@@ -16,7 +16,7 @@ from __future__ import annotations
 import atexit
 import os
 import sys
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -42,7 +42,7 @@ from xcsh_run._cli.options import (
 from xcsh_run._cli.output import Status, emit_ndjson, print_text, requires_text, source_label, suggest_command, warn
 from xcsh_run._cli.tool_flags import lookup_tool, tool_flags
 from xcsh_run._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT
-from xcsh_run._discovery import show_builds_on_stderr
+from xcsh_run._discovery import BUILTIN_MODULE, show_builds_on_stderr
 from xcsh_run._host import CallStopper, Signals, open_runner
 from xcsh_run._project import project_root
 from xcsh_run._results import ToolResult
@@ -50,6 +50,9 @@ from xcsh_run._safe_text import json_text, visible
 from xcsh_run._sandbox import SandboxPolicy
 from xcsh_run._terminal import TerminalUI, configure_log_file
 from xcsh_run.fuzz import COMMANDS
+
+if TYPE_CHECKING:
+    from xcsh_run._host import Runner
 
 
 @app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -77,7 +80,7 @@ def run_command(
         typer.Option(
             "--resolve",
             help="What to do with previews the tool left for `resolve`: apply, discard, or ask "
-            "(on a terminal; discard otherwise).",
+            "(on a terminal; without one, discard and exit 3).",
         ),
     ] = "ask",
     cwd: CwdOpt = None,
@@ -108,7 +111,7 @@ def run_command(
         elif status is not None:
             status.update(partial)
 
-    async def main(signals: Signals) -> tuple[ToolResult, str | None]:
+    async def main(signals: Signals) -> tuple[ToolResult, str | None, list[str]]:
         call_id = f"cli-{os.urandom(4).hex()}"  # unique per run: tells runs apart in the log file
         try:
             # wanted_tool: a module later in precedence than the one defining
@@ -130,27 +133,19 @@ def run_command(
                     result = await runner.call_tool(
                         tool, arguments, on_update=on_update, timeout=timeout, tool_call_id=call_id
                     )
-                # This process ends with the call, and so do the previews' workers:
-                # settle them now, newest first, as `resolve` would.
-                for preview in reversed(runner.pending_actions()):
-                    action = resolve
-                    if action == "ask":
-                        ok = interactive and await TerminalUI(None).confirm("resolve", f"apply: {preview['label']}?")
-                        action = "apply" if ok else "discard"
-                    settled = await runner.call_tool("resolve", {"action": action, "reason": "xcsh-run --resolve"})
-                    typer.echo(f"xcsh-run: resolve ({action}): {visible(settled.text)}", err=True)
+                unsettled = await _settle_previews(runner, resolve, interactive)
                 rendered = None
                 info = runner.get_tool(tool)
                 if status is not None and not result.is_error and info is not None and info.has_render_result:
                     # The tool's own rendering, for people; --json and --stream stay raw.
                     rendered = await runner.render_result(tool, result, {"expanded": True}, args=arguments)
-                return result, rendered
+                return result, rendered, unsettled
         finally:
             # Before anything else is printed, e.g. why the command was interrupted.
             if status is not None:
                 status.clear()
 
-    result, rendered = _run(main)
+    result, rendered, unsettled = _run(main)
     if stream:
         emit_ndjson("result", result.to_json())
     elif as_json:
@@ -161,7 +156,48 @@ def run_command(
         print_text(result)
     if result.kind == "not_found":
         suggest_command(tool)
-    raise typer.Exit(int(EXIT_BY_KIND.get(result.kind, ExitCode.TOOL_ERROR)))
+    code = EXIT_BY_KIND.get(result.kind, ExitCode.TOOL_ERROR)
+    for problem in unsettled:
+        typer.echo(f"xcsh-run: {problem}", err=True)
+    if unsettled and code == ExitCode.OK:
+        code = ExitCode.UNSETTLED  # the call worked, but the change it prepared did not happen
+    raise typer.Exit(int(code))
+
+
+async def _settle_previews(runner: Runner, resolve: str, interactive: bool) -> list[str]:
+    """Settle the previews the call left, newest first, as ``resolve`` would; why each unsettled one was not.
+
+    This process ends with the call, and so do the previews' workers: a
+    preview left here is a change that never happens, so it is settled now,
+    and one that could not be (no terminal to ask, an ``apply`` that failed,
+    no built-in ``resolve``) is reported and makes the command fail.
+    """
+    problems: list[str] = []
+    for preview in reversed(runner.pending_actions()):
+        label = visible(str(preview.get("label", "")))[:200]
+        info = runner.get_tool("resolve")
+        if info is not None and info.module != BUILTIN_MODULE:
+            problems.append(
+                f"preview {label!r} not applied: a tool named 'resolve' ({info.module}) takes the built-in's name; "
+                "rename it to let previews be settled"
+            )
+            continue
+        action = resolve
+        if action == "ask":
+            if interactive:
+                ok = await TerminalUI(None).confirm("resolve", f"apply: {label}?")
+                action = "apply" if ok else "discard"
+            else:
+                action = "discard"
+                problems.append(
+                    f"preview {label!r} not applied: --resolve ask needs a terminal to ask on (stdin and "
+                    "stderr, without --args -); give --resolve apply or --resolve discard to settle it unasked"
+                )
+        settled = await runner.call_tool("resolve", {"action": action, "reason": "xcsh-run --resolve"})
+        typer.echo(f"xcsh-run: resolve ({action}): {visible(settled.text)}", err=True)
+        if settled.is_error:
+            problems.append(f"preview {label!r} not settled: {action} failed: {visible(settled.text)[:500]}")
+    return problems
 
 
 def _load(

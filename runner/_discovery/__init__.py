@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from xcsh_run._discovery.cache import fingerprint as fingerprint
     from xcsh_run._discovery.catalog import BUILTIN_MODULE as BUILTIN_MODULE
     from xcsh_run._discovery.catalog import LAST_STDERR as LAST_STDERR
+    from xcsh_run._discovery.catalog import RESOLVE_TOOL as RESOLVE_TOOL
     from xcsh_run._discovery.catalog import Catalog as Catalog
     from xcsh_run._discovery.catalog import LoadError as LoadError
     from xcsh_run._discovery.catalog import Outcome as Outcome
@@ -72,6 +73,7 @@ __all__ = [
     "EnvError",
     "JsRuntime",
     "LAST_STDERR",
+    "RESOLVE_TOOL",
     "LoadError",
     "ModuleCache",
     "Outcome",
@@ -118,6 +120,7 @@ _HOMES: dict[str, str] = {
     "EnvError": "tool_envs",
     "JsRuntime": "bun",
     "LAST_STDERR": "catalog",
+    "RESOLVE_TOOL": "catalog",
     "LoadError": "catalog",
     "ModuleCache": "cache",
     "Outcome": "catalog",

@@ -78,6 +78,18 @@ class ToolInfo(msgspec.Struct, frozen=True):
     """What it declares it needs under ``strict`` (programs, paths, network); granted only by the user."""
 
 
+RESOLVE_TOOL: Final = ToolInfo(
+    name="resolve",
+    label="Resolve",
+    description="Apply or discard the newest pending preview.",
+    parameters=RESOLVE_SCHEMA,
+    module=BUILTIN_MODULE,
+    source=ToolSource("builtin", "xcsh-run", "user"),
+    hidden=True,
+)
+"""The built-in ``resolve``: it applies or discards the newest pending action, in its worker."""
+
+
 class LoadError(msgspec.Struct, frozen=True):
     """A module (or one entry of its factory) that did not become a tool, and why.
 
@@ -178,18 +190,25 @@ class Catalog:
             self.failures.extend(errors)
             for info in infos:
                 self._register(info)
-        # The hidden built-in `resolve` exists only when some tool can defer its
-        # effect (as in the original design, where it names a pending action).
+        # The hidden built-in `resolve` is listed with the tools when some tool
+        # can defer its effect (as in the original design); it is callable
+        # whatever they declare (see lookup).
         if any(t.deferrable for t in self.tools.values()) and "resolve" not in self.tools:
-            self.tools["resolve"] = ToolInfo(
-                name="resolve",
-                label="Resolve",
-                description="Apply or discard the newest pending preview.",
-                parameters=RESOLVE_SCHEMA,
-                module=BUILTIN_MODULE,
-                source=ToolSource("builtin", "xcsh-run", "user"),
-                hidden=True,
-            )
+            self.tools["resolve"] = RESOLVE_TOOL
+
+    def lookup(self, name: str) -> ToolInfo | None:
+        """The tool a call of ``name`` reaches: a loaded one, else the built-in ``resolve``, else None.
+
+        Any call may leave a pending action (``deferrable`` is a hint, not a
+        gate: tools written for the original push previews without it), and
+        one that cannot be resolved is a change that silently never happens;
+        so ``resolve`` answers whatever the tools declare. A loaded tool of
+        that name takes its place.
+        """
+        info = self.tools.get(name)
+        if info is None and name == RESOLVE_TOOL.name:
+            return RESOLVE_TOOL
+        return info
 
     def _settle_from_cache(
         self, walk_sources: Callable[[list[str]], Iterator[Candidate | Shadowed]], wanted_tool: str

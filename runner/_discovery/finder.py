@@ -13,7 +13,14 @@ Sources, in precedence order (SPEC §3):
 4. Codex: ``~/.codex/tools``, then ``<root>/.codex/tools``
 5. installed plugin packages: entry points in the group ``xcsh.tools``, in the
    host's environment and in the plugin prefix ``~/.xcsh/plugins``
-6. configured paths (CLI ``--tools``, API ``tool_paths``), relative to ``cwd``
+6. oh-my-pi: ``<root>/.omp/tools``, then ``~/.omp/agent/tools``
+7. pi-mono: ``<root>/.pi/tools``, then ``~/.pi/agent/tools``
+8. configured paths (CLI ``--tools``, API ``tool_paths``), relative to ``cwd``
+
+Sources 6 and 7 come after the original design's own (1-5), so a tool a user
+already has there keeps its name; each searches its project folder before its
+user folder, as oh-my-pi and pi-mono do, and takes what they take there: a
+``.ts`` file, or a folder with an ``index.ts``.
 
 ``<root>`` is the project root (:func:`project_root`): the nearest folder
 from ``cwd`` up with ``.xcsh/``, else with ``.git``, else ``cwd`` itself, the
@@ -28,9 +35,9 @@ Rules:
   entries, ``node_modules`` and ``.d.ts`` files are skipped. ``.md`` and
   ``.json`` files are metadata: they are never candidates, so they can never
   hide a module of the same name. In one folder, a Python module comes before
-  a JavaScript one of the same name (which it shadows in sources 1-4), so
+  a JavaScript one of the same name (which it shadows in sources 1-4, 6 and 7), so
   adding a ``.ts`` file never hides a Python tool; otherwise by file name.
-- Within sources 1-4, a module whose name (file stem) was already found by a
+- Within sources 1-4, 6 and 7, a module whose name (file stem) was already found by a
   higher-precedence place is *shadowed*: not loaded, and reported as such.
 - One file reached twice (symlinks resolved) is listed once, at its first place.
 """
@@ -59,7 +66,7 @@ class ToolSource(msgspec.Struct, frozen=True):
     """Where a candidate module was found.
 
     Attributes:
-        provider: ``native``, ``claude``, ``claude-plugins``, ``codex``, ``plugin`` or ``config``.
+        provider: ``native``, ``claude``, ``claude-plugins``, ``codex``, ``plugin``, ``omp``, ``pi`` or ``config``.
         provider_name: a human name (for a marketplace plugin, its id).
         level: ``user`` or ``project``.
     """
@@ -391,6 +398,13 @@ def walk(
             if candidate.resolved not in seen:
                 seen.add(candidate.resolved)
                 yield candidate
+        for folder, provider, name in ((".omp", "omp", "oh-my-pi"), (".pi", "pi", "pi-mono")):
+            yield from place(
+                modules_in(project.path / folder / "tools"), ToolSource(provider, name, "project"), by_name=True
+            )
+            yield from place(
+                modules_in(home_path / folder / "agent" / "tools"), ToolSource(provider, name, "user"), by_name=True
+            )
     config = ToolSource("config", "Config", "project")
     for configured in configured_paths:
         path = expand(configured, cwd, str(home_path))

@@ -219,7 +219,7 @@ class Runner(RunnerSettings):
         """
         if self.closed:
             raise ConfigError("this runner is closed; open a new one with open_runner()")
-        info = self._catalog.tools.get(name)
+        info = self._catalog.lookup(name)
         if info is None:
             return self._catalog.not_found(name)
         args: Any = {} if arguments is None else arguments

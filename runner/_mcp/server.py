@@ -27,6 +27,9 @@ Rules:
    which shows or hides ``resolve`` (checked after every call, since only a
    call adds or resolves one); every initialized session is told
    ``tools/list_changed`` when its listing changed.
+6. ``include_hidden`` (``serve --include-hidden NAME``) names hidden tools that
+   ``tools/list`` shows all the same, for clients that call only what they are
+   listed; ``resolve`` among them is listed always, pending actions or not.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ import msgspec
 import trio
 
 from xcsh_run._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT, DEFAULT_QUEUE_TIMEOUT, check_seconds
-from xcsh_run._discovery import BUILTIN_MODULE, ToolInfo
+from xcsh_run._discovery import BUILTIN_MODULE, RESOLVE_TOOL, ToolInfo
 from xcsh_run._host import Runner, watching_signals
 from xcsh_run._mcp.call_link import CallLinks
 from xcsh_run._mcp.reload import Runners
@@ -120,6 +123,7 @@ class ToolServer:
         sandbox: SandboxPolicy | None = None,
         max_workers: int | None = None,
         queue_timeout: float | None = DEFAULT_QUEUE_TIMEOUT,
+        include_hidden: Sequence[str] = (),
     ) -> None:
         for label, value in (("timeout", timeout), ("poll_interval", poll_interval), ("queue_timeout", queue_timeout)):
             if value is not None:
@@ -141,6 +145,7 @@ class ToolServer:
         self.links = CallLinks()  # the MCP calls in flight, for their log records and prompts
         self._has_ui = False
         self._resolve_listed = False
+        self._include_hidden = frozenset(include_hidden)  # hidden tools listed all the same (rule 6)
         self.sessions: set[Session] = set()
         self.closing: str | None = None  # why the server is stopping, once it is
         self.stopped_by: signal.Signals | None = None
@@ -210,7 +215,7 @@ class ToolServer:
 
     def listed_tools(self) -> list[ToolInfo]:
         """The tools as ``tools/list`` shows them: ``resolve`` only while pending actions wait for it."""
-        return _with_resolve(self.runners.tools, self._resolve_listed)
+        return self._listing(self.runners.tools, self._resolve_listed)
 
     async def pending_changed(self) -> None:
         """After a call: show or hide ``resolve`` if the serving runner's pending actions came or went (rule 5)."""
@@ -219,7 +224,7 @@ class ToolServer:
         if listed != self._resolve_listed:
             tools = self.runners.tools
             self._resolve_listed = listed
-            await self._tell_sessions(_with_resolve(tools, not listed), _with_resolve(tools, listed))
+            await self._tell_sessions(self._listing(tools, not listed), self._listing(tools, listed))
 
     def sync_ui(self) -> None:
         """Tools may prompt (``has_ui``) while every initialized session's client takes prompts.
@@ -239,7 +244,16 @@ class ToolServer:
     async def _on_reloaded(self, before: list[ToolInfo], after: list[ToolInfo]) -> None:
         # A new runner has no pending action (those of the old one are lost with it).
         was_listed, self._resolve_listed = self._resolve_listed, False
-        await self._tell_sessions(_with_resolve(before, was_listed), after)
+        await self._tell_sessions(self._listing(before, was_listed), self._listing(after, False))
+
+    def _listing(self, tools: list[ToolInfo], resolve_listed: bool) -> list[ToolInfo]:
+        """``tools`` as sessions see them: the opted-in hidden tools shown (rule 6), and ``resolve`` when listed."""
+        if self._include_hidden:
+            tools = [
+                msgspec.structs.replace(t, hidden=False) if t.hidden and t.name in self._include_hidden else t
+                for t in tools
+            ]
+        return _with_resolve(tools, resolve_listed or RESOLVE_TOOL.name in self._include_hidden)
 
     async def _tell_sessions(self, before: list[ToolInfo], after: list[ToolInfo]) -> None:
         for session in list(self.sessions):
@@ -250,6 +264,9 @@ def _with_resolve(tools: list[ToolInfo], listed: bool) -> list[ToolInfo]:
     """``tools`` with the built-in ``resolve`` shown (it is ``hidden`` otherwise), when ``listed``."""
     if not listed:
         return tools
+    if all(t.name != RESOLVE_TOOL.name for t in tools):
+        # Callable whatever the tools declare (Catalog.lookup), so listed whatever they declare.
+        return [*tools, msgspec.structs.replace(RESOLVE_TOOL, hidden=False)]
     return [msgspec.structs.replace(t, hidden=False) if t.module == BUILTIN_MODULE else t for t in tools]
 
 

@@ -103,15 +103,22 @@ async def open_face(
     *tools: str,
     cli_options: Sequence[str] = (),
     cwd: str | None = None,
+    policy: dict[str, Any] | None = None,
     **runner_options: Any,
 ) -> AsyncIterator[Face]:
-    """A :class:`Face` over ``tools`` at sandbox ``level``; ``runner_options`` go to ``open_runner``."""
+    """A :class:`Face` over ``tools`` at sandbox ``level``; ``runner_options`` go to ``open_runner``.
+
+    ``policy``: more :class:`SandboxPolicy` fields for the embedding API (the
+    CLI and ``serve`` take theirs as flags, in ``cli_options``).
+    """
     assert face in FACES and level in LEVELS, (face, level)
     out = Face(face, level, tools, cli_options, cwd)
     if face == "cli":
         yield out
     elif face == "embed":
-        async with open_runner(tools, cwd=cwd, sandbox=SandboxPolicy(level=level), **runner_options) as runner:
+        async with open_runner(
+            tools, cwd=cwd, sandbox=SandboxPolicy(level=level, **(policy or {})), **runner_options
+        ) as runner:
             out._runner = runner
             yield out
     else:
