@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from xcsh_run._pool.worker_pool import Slot as Slot
     from xcsh_run._pool.worker_pool import WorkerFactory as WorkerFactory
     from xcsh_run._pool.worker_pool import WorkerPool as WorkerPool
+    from xcsh_run._pool.background import settle_leftovers as settle_leftovers
 
 __all__ = [
     "Housekeeping",
@@ -39,6 +40,7 @@ __all__ = [
     "Slot",
     "WorkerFactory",
     "WorkerPool",
+    "settle_leftovers",
 ]
 
 # Each name is imported from its module on first use (PEP 562): importing one module of this
@@ -54,6 +56,7 @@ _HOMES: dict[str, str] = {
     "Slot": "worker_pool",
     "WorkerFactory": "worker_pool",
     "WorkerPool": "worker_pool",
+    "settle_leftovers": "background",
 }
 
 
