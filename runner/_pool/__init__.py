@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from xcsh_run import _startup  # noqa: F401
 
 if TYPE_CHECKING:
+    from xcsh_run._pool.background import settle_leftovers as settle_leftovers
     from xcsh_run._pool.factory import ProcessFactory as ProcessFactory
     from xcsh_run._pool.housekeeping import Housekeeping as Housekeeping
     from xcsh_run._pool.interface import InFlight as InFlight
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
     from xcsh_run._pool.worker_pool import Slot as Slot
     from xcsh_run._pool.worker_pool import WorkerFactory as WorkerFactory
     from xcsh_run._pool.worker_pool import WorkerPool as WorkerPool
-    from xcsh_run._pool.background import settle_leftovers as settle_leftovers
 
 __all__ = [
     "Housekeeping",
