@@ -1,4 +1,4 @@
-"""A tool that starts a background helper keeps it for later calls when it declares so, and nothing outlives the session.
+"""A tool that starts a background helper keeps it for later calls if it declares so; nothing outlives the session.
 
 The helpers (``tests/fixtures/ecosystem/background/``) answer a ping through files
 in the worker's temp folder, so a later call of the same session talks to the
