@@ -20,6 +20,11 @@ Rules this module keeps (each one is a bug we do not want back):
 6. Background work (spare refills, the reaper) runs in one
    :class:`Housekeeping` nursery that the runner's close cancels and waits
    for, bounded, before anything is torn down.
+7. A worker that holds processes a ``keeps_processes`` tool left running
+   (``Slot.background``, recorded by :mod:`xcsh_run._pool.background` when the
+   call's answer is in) is never reaped and never retired for its budget
+   while one of them lives: that would kill what the tool was promised to
+   keep. A call that leaves other processes retires its worker as before.
 
 Workers come from a :class:`WorkerFactory`: the real one starts
 ``WorkerLink`` (:class:`ProcessFactory`); tests inject fakes.

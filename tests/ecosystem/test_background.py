@@ -19,6 +19,7 @@ import trio
 
 from tests._support.faces import FACES, LEVELS, Answer, open_face
 from tests._support.mcp_clients import LOG
+from xcsh_run import SandboxPolicy, open_runner
 
 HERE = Path(__file__).resolve().parent.parent / "fixtures" / "ecosystem" / "background"
 TOOLS = {"py": HERE / "watcher.py", "ts": HERE / "watcher.ts"}
@@ -127,3 +128,18 @@ async def test_the_cli_lists_a_kept_helper_and_ends_it_when_it_exits(level: str,
     _listed(started, pid, marker)
     assert f"keeps background process {pid}" in started.stderr
     _assert_gone(pid, marker)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+async def test_a_call_killed_for_its_timeout_ends_the_kept_helper_of_its_worker(level: str) -> None:
+    marker = f"bg-{uuid.uuid4().hex}"
+    with trio.fail_after(120):
+        async with open_runner([str(TOOLS["py"])], sandbox=SandboxPolicy(level=level)) as runner:
+            started = await runner.call_tool("watcher", _start_args(marker))
+            pid = started.details["pid"]
+            assert _live(pid, marker)
+            hung = await runner.call_tool("watcher", {"action": "hang", "marker": "x"}, timeout=1)
+            assert hung.kind == "timeout", hung
+            _assert_gone(pid, marker)  # the worker's tree went, the runner still open
+            again = await runner.call_tool("watcher", {"action": "ping", "marker": "x"})
+            assert again.is_error and "did not answer" in again.text
