@@ -63,6 +63,13 @@ class ErrorInfo(msgspec.Struct, frozen=True, omit_defaults=True):
     deliberate: bool | None = None
 
 
+class BackgroundProcess(msgspec.Struct, frozen=True):
+    """A process a call left running: its pid and command line."""
+
+    pid: int
+    command: str
+
+
 class ToolResult(msgspec.Struct, frozen=True):
     """The terminal result of one call.
 
@@ -82,6 +89,8 @@ class ToolResult(msgspec.Struct, frozen=True):
     error: ErrorInfo | None = None
     unenforced: list[str] = []
     """Sandbox protections a best-effort policy could not apply to this call (usually empty)."""
+    background: list[BackgroundProcess] = []
+    """Processes kept running after the call (a ``keeps_processes`` tool's), until the session ends."""
 
     @property
     def text(self) -> str:
@@ -95,10 +104,13 @@ class ToolResult(msgspec.Struct, frozen=True):
 
     def to_json(self) -> dict[str, Any]:
         """``{"content", "details", "is_error", "error"}`` with plain JSON values (and
-        ``"unenforced"`` only when a best-effort sandbox left something out)."""
+        ``"unenforced"`` only when a best-effort sandbox left something out, ``"background"``
+        only when processes were kept)."""
         out: dict[str, Any] = msgspec.to_builtins(self)
         if not out["unenforced"]:
             del out["unenforced"]
+        if not out["background"]:
+            del out["background"]
         return out
 
 

@@ -299,6 +299,10 @@ class CustomTool:
             an exception of one of them, or of a subclass, is a deliberate
             ``tool_error``, like :class:`ToolError` (``xcsh-run fuzz`` does not
             count it as a bug).
+        keeps_processes: what a call starts and leaves running (a dev server,
+            a watcher) lives on after the call until the session or the runner
+            ends, inside the worker's kill boundary; each result lists it.
+            Without it, a call's leftovers are killed at its end, with a warning.
     """
 
     __slots__ = (
@@ -319,6 +323,7 @@ class CustomTool:
         "icons",
         "requires",
         "expected_errors",
+        "keeps_processes",
     )
 
     def __init__(
@@ -341,6 +346,7 @@ class CustomTool:
         icons: Sequence[Icon | Mapping[str, Any]] | None = None,
         requires: Requires | Mapping[str, Any] | None = None,
         expected_errors: type[BaseException] | tuple[type[BaseException], ...] = (),
+        keeps_processes: bool = False,
     ) -> None:
         self.name = name
         self.label = label if label is not None else name
@@ -359,6 +365,7 @@ class CustomTool:
         self.icons = icons
         self.requires = requires
         self.expected_errors = _exception_classes(expected_errors, name)
+        self.keeps_processes = keeps_processes
 
     def __repr__(self) -> str:
         return f"<CustomTool {self.name!r}>"

@@ -49,7 +49,7 @@ from xcsh_run._calls.table import Call, CallTable
 from xcsh_run._config import check_seconds
 from xcsh_run._discovery import ArgumentValidator, SchemaProblem, ToolInfo
 from xcsh_run._errors import RemoteProtocolError, WorkerDied
-from xcsh_run._pool import InFlight, Loader, LoadFailed, Slot
+from xcsh_run._pool import InFlight, Loader, LoadFailed, Slot, settle_leftovers
 from xcsh_run._results import ErrorKind, ToolResult, error_result
 from xcsh_run._sandbox import Probe, SandboxPolicy, check
 from xcsh_run.worker import protocol as p
@@ -263,6 +263,8 @@ class Calls:
                 # wrote to the protocol itself, and is not given another call.
                 healthy = False
                 result = error_result(ErrorKind.TOOL_ERROR, call.violation, module=info.module)
+            if healthy:
+                result = await settle_leftovers(slot, info.name, info.keeps_processes, result)
             return result
         except BaseException:
             # The caller was cancelled (or something unexpected happened):

@@ -76,6 +76,8 @@ class ToolInfo(msgspec.Struct, frozen=True):
     """MCP icons: ``{"src", "mimeType"?, "sizes"?, "theme"?}``."""
     requires: Requires | None = None
     """What it declares it needs under ``strict`` (programs, paths, network); granted only by the user."""
+    keeps_processes: bool = False
+    """What its calls leave running lives until the session (the runner) ends, listed in each result."""
 
 
 RESOLVE_TOOL: Final = ToolInfo(

@@ -33,6 +33,7 @@ INSTRUCTIONS: Final = (
 META_DETAILS: Final = "xcsh-run/details"
 META_REQUIRES: Final = "xcsh-run/requires"  # a tool's declared needs under the strict sandbox
 META_ERROR: Final = "xcsh-run/error"
+META_BACKGROUND: Final = "xcsh-run/background"  # processes a keeps_processes tool left running
 
 # Progress messages are for a status line: bounded so that one update cannot
 # produce a huge notification.
@@ -104,6 +105,8 @@ def render_result(result: ToolResult, version: str, *, root: str | None = None) 
             out["content"] = [*content, {"type": "text", "text": msgspec.json.encode(details).decode()}]
     if details is not None:
         out["_meta"] = {META_DETAILS: details}
+    if result.background:
+        out.setdefault("_meta", {})[META_BACKGROUND] = msgspec.to_builtins(result.background)
     return out
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from xcsh_run import _startup  # noqa: F401
 
 if TYPE_CHECKING:
+    from xcsh_run._pool.background import settle_leftovers as settle_leftovers
     from xcsh_run._pool.factory import ProcessFactory as ProcessFactory
     from xcsh_run._pool.housekeeping import Housekeeping as Housekeeping
     from xcsh_run._pool.interface import InFlight as InFlight
@@ -39,6 +40,7 @@ __all__ = [
     "Slot",
     "WorkerFactory",
     "WorkerPool",
+    "settle_leftovers",
 ]
 
 # Each name is imported from its module on first use (PEP 562): importing one module of this
@@ -54,6 +56,7 @@ _HOMES: dict[str, str] = {
     "Slot": "worker_pool",
     "WorkerFactory": "worker_pool",
     "WorkerPool": "worker_pool",
+    "settle_leftovers": "background",
 }
 
 

@@ -20,6 +20,11 @@ Rules this module keeps (each one is a bug we do not want back):
 6. Background work (spare refills, the reaper) runs in one
    :class:`Housekeeping` nursery that the runner's close cancels and waits
    for, bounded, before anything is torn down.
+7. A worker that holds processes a ``keeps_processes`` tool left running
+   (``Slot.background``, recorded by :mod:`xcsh_run._pool.background` when the
+   call's answer is in) is never reaped and never retired for its budget
+   while one of them lives: that would kill what the tool was promised to
+   keep. A call that leaves other processes retires its worker as before.
 
 Workers come from a :class:`WorkerFactory`: the real one starts
 ``WorkerLink`` (:class:`ProcessFactory`); tests inject fakes.
@@ -91,6 +96,7 @@ class Slot:
         "has_ui",
         "loaded",
         "complaints",
+        "background",
     )
 
     def __init__(self, worker: PoolWorker, policy: SandboxPolicy, module: str, *, has_ui: bool) -> None:
@@ -106,6 +112,9 @@ class Slot:
         # the truth a call checks its planned tool against (the cache may be stale or forged).
         self.loaded: p.LoadResult | None = None
         self.complaints = 0  # warnings the bridge logged about what it sent (xcsh_run._host.host_api)
+        # Pids a keeps_processes tool left running here (xcsh_run._pool.background): while one
+        # lives the worker is neither reaped nor retired for its budget, so they live on.
+        self.background: set[int] = set()
 
     def __repr__(self) -> str:
         return f"<Slot pid={self.worker.pid} {self.state.name} module={self.module!r} pins={self.pins}>"
@@ -139,6 +148,8 @@ class PoolRules:
     def verdict(self, slot: Slot, *, healthy: bool, rss_bytes: int, cpu_seconds: float) -> Verdict:
         """After a call or a render: back to the idle lists, parked for a pending action, or retired."""
         if healthy:
+            if slot.background:
+                return Verdict.REUSE  # its kept processes live until the runner ends
             if self.within_budget(slot, rss_bytes=rss_bytes, cpu_seconds=cpu_seconds):
                 return Verdict.REUSE
             if slot.pins:
@@ -150,6 +161,7 @@ class PoolRules:
             self.idle_timeout is not None
             and slot.state is SlotState.IDLE
             and not slot.pins
+            and not slot.background
             and now - slot.idle_since > self.idle_timeout
         )
 
@@ -296,7 +308,7 @@ class WorkerPool:
             slot.calls_served += 1
         worker = slot.worker
         verdict = Verdict.RETIRE
-        if healthy and not self.closed and self._clean(worker):
+        if healthy and not self.closed and self._clean(slot):
             verdict = self.rules.verdict(
                 slot, healthy=True, rss_bytes=worker.rss_bytes(), cpu_seconds=worker.cpu_seconds()
             )
@@ -309,11 +321,17 @@ class WorkerPool:
                 await self.retire(slot)
 
     @staticmethod
-    def _clean(worker: PoolWorker) -> bool:
+    def _clean(slot: Slot) -> bool:
         # A call that left processes behind (a daemon, a background job)
-        # retires its worker: nothing a call started may outlive the call.
+        # retires its worker: nothing a call started may outlive the call,
+        # unless its tool declared keeps_processes (slot.background).
         # Its supervisor was there before any tool code ran.
-        return worker.alive and set(worker.boundary.members()) <= {worker.pid, worker.supervisor_pid}
+        worker = slot.worker
+        if not worker.alive:
+            return False
+        members = set(worker.boundary.members())
+        slot.background &= members
+        return members <= {worker.pid, worker.supervisor_pid, *slot.background}
 
     async def retire(self, slot: Slot) -> None:
         idle = self._idle.get((slot.module, slot.policy))
@@ -346,6 +364,9 @@ class WorkerPool:
         """Idle workers past ``idle_timeout``, taken out of the idle lists in this one synchronous step."""
         expired: list[Slot] = []
         for idle in self._idle.values():
+            for slot in idle:
+                if slot.background and slot.worker.alive:
+                    slot.background &= set(slot.worker.boundary.members())  # kept ones that ended free it
             keep = [s for s in idle if not self.rules.expired(s, now)]
             expired += [s for s in idle if self.rules.expired(s, now)]
             idle[:] = keep

@@ -42,6 +42,7 @@ class Answer:
     details: Any = None
     exit_code: int | None = None  # the CLI's; None on the other faces
     stderr: str = ""  # the CLI's
+    background: list[dict[str, Any]] = field(default_factory=list)  # processes kept after the call
 
 
 @dataclass
@@ -65,11 +66,13 @@ class Face:
         if self.face == "embed":
             result = await self._runner.call_tool(name, args)
             text = "".join(b.get("text", "") for b in result.content if b.get("type") == "text")
-            return Answer(result.is_error, text, result.details)
+            background = [{"pid": b.pid, "command": b.command} for b in result.background]
+            return Answer(result.is_error, text, result.details, background=background)
         result = await self._session.call_tool(name, args)
         text = "".join(getattr(b, "text", "") for b in result.content)
         meta = result.meta or {}
-        return Answer(bool(result.is_error), text, meta.get("xcsh-run/details"))
+        background = meta.get("xcsh-run/background") or []
+        return Answer(bool(result.is_error), text, meta.get("xcsh-run/details"), background=background)
 
     async def _cli(self, name: str, args: dict[str, Any]) -> Answer:
         command = [XCSH_RUN, "run", name, "--args", json.dumps(args), "--json", "--sandbox", self.level]
@@ -93,7 +96,8 @@ class Face:
         except json.JSONDecodeError:
             return Answer(True, stdout + stderr, None, done.returncode, stderr)
         text = "".join(b.get("text", "") for b in data.get("content") or [] if b.get("type") == "text")
-        return Answer(bool(data.get("is_error")), text, data.get("details"), done.returncode, stderr)
+        background = data.get("background") or []
+        return Answer(bool(data.get("is_error")), text, data.get("details"), done.returncode, stderr, background)
 
 
 @asynccontextmanager

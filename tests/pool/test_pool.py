@@ -47,6 +47,18 @@ def test_only_idle_unpinned_workers_past_the_timeout_expire() -> None:
     assert not PoolRules(idle_timeout=None).expired(idle, 1e9)
 
 
+def test_a_worker_holding_kept_processes_is_neither_reaped_nor_retired_for_its_budget() -> None:
+    rules = PoolRules(max_calls_per_worker=3, max_worker_rss_mb=100, idle_timeout=10)
+    holding, plain = _slot(calls=3), _slot(calls=3)
+    holding.background = {4242}
+    for slot in (holding, plain):
+        slot.state, slot.idle_since = SlotState.IDLE, 0.0
+    assert rules.verdict(holding, healthy=True, rss_bytes=101 * MiB, cpu_seconds=9) is Verdict.REUSE
+    assert rules.verdict(plain, healthy=True, rss_bytes=0, cpu_seconds=0) is Verdict.RETIRE
+    assert rules.verdict(holding, healthy=False, rss_bytes=0, cpu_seconds=0) is Verdict.RETIRE
+    assert [rules.expired(s, 1e9) for s in (holding, plain)] == [False, True]
+
+
 def test_strict_policies_and_a_zero_count_keep_no_spares() -> None:
     assert PoolRules(spare_count=1).keeps_spares(SandboxPolicy())
     assert not PoolRules(spare_count=1).keeps_spares(SandboxPolicy(level="strict"))

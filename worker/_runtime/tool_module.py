@@ -234,6 +234,7 @@ def describe_tool(entry: object) -> LoadedTool:
         annotations=_annotations(tool.annotations, tool.name) if tool.annotations is not None else None,
         icons=_icons(tool.icons, tool.name) if tool.icons is not None else None,
         requires=_requires.coerce(tool.requires, tool.name) if tool.requires is not None else None,
+        keeps_processes=bool(tool.keeps_processes),
     )
     return LoadedTool(tool, description, struct_type)
 

@@ -165,6 +165,7 @@ export function describeTool(entry: unknown): LoadedTool {
   };
   if (tool.hidden) description.hidden = true;
   if (tool.deferrable) description.deferrable = true;
+  if (tool.keepsProcesses) description.keeps_processes = true;
   if (concurrency !== "shared") description.concurrency = concurrency;
   if (timeout !== null) description.timeout = timeout;
   if (typeof tool.onSession === "function") description.has_on_session = true;

@@ -196,6 +196,7 @@ class ToolDescription(msgspec.Struct, frozen=True, omit_defaults=True):
     annotations: dict[str, Any] | None = None
     icons: list[dict[str, Any]] | None = None
     requires: Requires | None = None  # needs under strict, shown to the user, never granted by themselves
+    keeps_processes: bool = False  # what a call starts in the background lives until the session ends
 
 
 class EntryError(msgspec.Struct, frozen=True):
