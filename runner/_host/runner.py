@@ -231,7 +231,7 @@ class Runner(RunnerSettings):
             return await self._bridge.resolve(args)
         if info.approval is not None:
             tool_call_id = tool_call_id or f"call-{os.urandom(6).hex()}"  # the prompt is routed by it
-            if (refused := await approval.gate(self._bridge, info, args, tool_call_id, approve=self.config.approve)):
+            if refused := await approval.gate(self._bridge, info, args, tool_call_id, approve=self.config.approve):
                 return refused
         return await self._calls.call(
             info, args, timeout=timeout, policy=sandbox if sandbox is not None else self.policy_for(name),

@@ -121,9 +121,7 @@ async def test_embedding_ui_confirm_approves_or_refuses(level: str, project: Pat
 async def test_embedding_approve_option_runs_without_asking(level: str, project: Path) -> None:
     ui = ScriptedUI(False)
     with trio.fail_after(DEADLINE):
-        async with open_face(
-            "embed", level, GUARDED, cwd=str(project), allow_write=[str(project)], approve=True
-        ) as f:
+        async with open_face("embed", level, GUARDED, cwd=str(project), allow_write=[str(project)], approve=True) as f:
             f._runner.set_ui_context(ui)
             done = await f.call("note_write", {"file": "a.txt", "text": "one"})
     assert (done.is_error, done.text, ui.asked) == (False, "wrote a.txt", [])
@@ -133,7 +131,10 @@ async def test_embedding_approve_option_runs_without_asking(level: str, project:
 @pytest.mark.parametrize("level", LEVELS)
 async def test_mcp_elicitation_accepts_and_declines(level: str, project: Path) -> None:
     asked: list[mcp_types.ElicitRequestParams] = []
-    script = [mcp_types.ElicitResult(action="accept", content={"confirm": True}), mcp_types.ElicitResult(action="decline")]
+    script = [
+        mcp_types.ElicitResult(action="accept", content={"confirm": True}),
+        mcp_types.ElicitResult(action="decline"),
+    ]
 
     async def on_elicit(ctx: Any, params: mcp_types.ElicitRequestParams) -> Any:
         asked.append(params)
@@ -184,3 +185,33 @@ async def test_cli_refuses_headless_and_runs_with_approve(level: str, project: P
     assert reset.is_error and reset.exit_code != 0
     assert (approved.is_error, approved.text, approved.exit_code) == (False, "wrote a.txt", 0)
     assert (project / "a.txt").read_text() == "one"
+
+
+GUARDED_PY = str(FIELDS / "guarded_py.py")
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("face", FACES)
+async def test_python_tools_declare_approval_alike(face: str, level: str, project: Path) -> None:
+    ui = ScriptedUI(True)
+
+    async def on_elicit(ctx: Any, params: mcp_types.ElicitRequestParams) -> Any:
+        ui.asked.append(("", params.message))
+        return mcp_types.ElicitResult(action="accept", content={"confirm": True})
+
+    write = {"file": "p.txt", "text": "py"}
+    with trio.fail_after(DEADLINE):
+        async with open_face(
+            face, level, GUARDED_PY, cwd=str(project), allow_write=[str(project)],
+            mcp_callbacks={"elicitation_callback": on_elicit},
+        ) as f:  # fmt: skip
+            if face == "embed":
+                f._runner.set_ui_context(ui)
+            first = await f.call("py_note_write", write)
+    if face == "cli":  # headless: refused, nothing written
+        assert first.is_error and first.exit_code != 0 and first.text.startswith("approval denied"), first
+        assert not (project / "p.txt").exists()
+        return
+    assert (first.is_error, first.text) == (False, "wrote p.txt")
+    assert [message for _, message in ui.asked] == ["Path: p.txt\nContent: py"]
+    assert (project / "p.txt").read_text() == "py"

@@ -26,7 +26,9 @@ TIERS = ("read", "write", "exec")
 
 def decide(tool: Any, args: Any, run_hook: Callable[..., Any]) -> Any:
     """The render reply for ``kind "approval"``, or an error object."""
-    tier, reason, policy = tool.approval, None, None
+    tier: Any = tool.approval
+    reason: Any = None
+    policy: Any = None
     try:
         if callable(tier):
             tier = run_hook(tier, args)
