@@ -215,3 +215,12 @@ async def test_python_tools_declare_approval_alike(face: str, level: str, projec
     assert (first.is_error, first.text) == (False, "wrote p.txt")
     assert [message for _, message in ui.asked] == ["Path: p.txt\nContent: py"]
     assert (project / "p.txt").read_text() == "py"
+
+
+async def test_serve_logs_the_unused_fields(project: Path) -> None:
+    with trio.fail_after(DEADLINE):
+        async with open_face("mcp", "contained", FIELDED, cwd=str(project)) as f:
+            found = await f.call("lookup", {"word": "fork"})
+    assert (found.is_error, found.text) == (False, "a copy of a process")
+    log = (project / "serve.log").read_text()
+    assert log.count("sets strict, loadMode, mcpServerName, mcpToolName, which xcsh-run does not use") == 1, log
