@@ -108,6 +108,9 @@ class RunnerConfig:
             starts with the runner; a taken spare is replaced only once some
             call has had to start a worker from scratch, so a one-shot run
             starts one worker, not two.
+        approve: run tools that declare ``approval`` without asking (the CLI's
+            ``--approve``); otherwise each such call asks the UI's ``confirm``
+            first and a call nobody approves does not run (``runner/_host/approval.py``).
         forkserver: start new workers by forking a zygote that has the worker
             already imported (one per sandbox policy, started with the runner),
             instead of starting an interpreter: a few milliseconds instead of
@@ -150,6 +153,7 @@ class RunnerConfig:
     spare_workers: int = DEFAULT_SPARE_WORKERS
     wanted_tool: str | None = None
     forkserver: bool = DEFAULT_FORKSERVER
+    approve: bool = False
     # Not an option: what reading the config files had to say (``_grants``), for the runner's warnings.
     grant_warnings: tuple[str, ...] = field(default=(), init=False, compare=False, repr=False)
     # Also not options: the config files' ``[tools.NAME]`` policies, kept apart from ``tool_policies``

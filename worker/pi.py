@@ -294,6 +294,13 @@ class CustomTool:
             what the tool needs under the ``strict`` sandbox. Shown by
             ``xcsh-run describe`` and ``list``; never granted by itself (the
             user grants with ``--allow-exec`` and the like, or a config file).
+        approval: optional; ``"read"``, ``"write"`` or ``"exec"``, or a function of
+            the arguments returning one (or ``{"tier", "policy", "reason"}``). A call
+            above ``"read"`` (or with ``policy "prompt"``) runs only once approved: the
+            host asks its UI's ``confirm`` (MCP: elicitation), and refuses it with no
+            UI unless the runner was opened with ``approve=True`` (``--approve``).
+        format_approval_details: optional ``format_approval_details(args) -> list[str]``
+            (or a str): the lines the approval prompt shows.
         expected_errors: exception classes (a class or a tuple) this tool
             raises on purpose, e.g. ``(FileNotFoundError, PermissionError)``:
             an exception of one of them, or of a subclass, is a deliberate
@@ -324,6 +331,8 @@ class CustomTool:
         "requires",
         "expected_errors",
         "keeps_processes",
+        "approval",
+        "format_approval_details",
     )
 
     def __init__(
@@ -347,6 +356,8 @@ class CustomTool:
         requires: Requires | Mapping[str, Any] | None = None,
         expected_errors: type[BaseException] | tuple[type[BaseException], ...] = (),
         keeps_processes: bool = False,
+        approval: str | Callable[..., Any] | None = None,
+        format_approval_details: Callable[..., Any] | None = None,
     ) -> None:
         self.name = name
         self.label = label if label is not None else name
@@ -366,6 +377,8 @@ class CustomTool:
         self.requires = requires
         self.expected_errors = _exception_classes(expected_errors, name)
         self.keeps_processes = keeps_processes
+        self.approval = approval
+        self.format_approval_details = format_approval_details
 
     def __repr__(self) -> str:
         return f"<CustomTool {self.name!r}>"

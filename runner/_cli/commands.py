@@ -13,6 +13,7 @@ from xcsh_run._cli.app import run_main as _run
 from xcsh_run._cli.complete import complete_tool
 from xcsh_run._cli.options import (
     AllowOriginOpt,
+    ApproveOpt,
     CwdOpt,
     GraceOpt,
     HttpOpt,
@@ -42,6 +43,7 @@ def serve_command(
     timeout: TimeoutOpt = None,
     grace: GraceOpt = DEFAULT_GRACE,
     load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT,
+    approve: ApproveOpt = False,
     max_message_bytes: Annotated[
         int,
         typer.Option("--max-message-bytes", help="The longest MCP message (one line) accepted; longer get an error."),
@@ -122,6 +124,7 @@ def serve_command(
         max_workers=max_workers,
         queue_timeout=queue_timeout,
         include_hidden=include_hidden or (),
+        approve=approve,
     )
 
     async def main(_: Signals) -> int:

@@ -138,6 +138,14 @@ AllowOriginOpt = Annotated[
         "Requests with no Origin or a localhost one are always accepted.",
     ),
 ]
+ApproveOpt = Annotated[
+    bool,
+    typer.Option(
+        "--approve",
+        help="Run tools that declare `approval` without asking; otherwise each such call is asked "
+        "(terminal, MCP elicitation) and refused when nobody can answer.",
+    ),
+]
 LoadTimeoutOpt = Annotated[
     float,
     typer.Option(

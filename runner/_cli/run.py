@@ -25,6 +25,7 @@ from xcsh_run._cli.app import run_main as _run
 from xcsh_run._cli.complete import complete_tool
 from xcsh_run._cli.options import (
     EXIT_BY_KIND,
+    ApproveOpt,
     CwdOpt,
     ExitCode,
     GraceOpt,
@@ -84,6 +85,7 @@ def run_command(
         ),
     ] = "ask",
     cwd: CwdOpt = None,
+    approve: ApproveOpt = False,
     show_tool_help: Annotated[bool, typer.Option("--xcsh-run-tool-help", hidden=True)] = False,
     *,
     sandbox: SandboxPolicy,
@@ -118,7 +120,7 @@ def run_command(
             # the tool cannot change which tool runs, so it is not waited for.
             async with open_runner(
                 tools or (), grace=grace, load_timeout=load_timeout, sandbox=sandbox, wanted_tool=tool,
-                discover_sources=True,
+                discover_sources=True, approve=approve,
             ) as runner:  # fmt: skip
                 warn(runner.warnings)
                 if interactive:

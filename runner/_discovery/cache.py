@@ -45,9 +45,10 @@ from xcsh_run._safe_read import SOURCE_MAX_BYTES, UnsafeFile, read_capped, remov
 from xcsh_run.worker import protocol as p
 
 # Part of every fingerprint: bumped when what an entry holds changes shape (2:
-# tools gained output_schema, annotations and icons), so that an entry written
+# tools gained output_schema, annotations and icons; 3: approval and ignored_fields,
+# so that a cached tool never skips its approval), so that an entry written
 # by an older xcsh-run is never read as a complete one.
-FORMAT: Final = 2
+FORMAT: Final = 3
 _MAX_PACKAGE_FILES: Final = 2000
 _JS_SOURCES: Final = frozenset({".ts", ".tsx", ".mts", ".cts", ".js", ".jsx", ".mjs", ".cjs", ".json"})
 # An entry holds one load result, which reached the host as one frame, plus its errors: twice a frame is

@@ -78,6 +78,10 @@ class ToolInfo(msgspec.Struct, frozen=True):
     """What it declares it needs under ``strict`` (programs, paths, network); granted only by the user."""
     keeps_processes: bool = False
     """What its calls leave running lives until the session (the runner) ends, listed in each result."""
+    approval: str | None = None
+    """``read``/``write``/``exec``, or ``dynamic`` (decided per call): a call above ``read`` asks first."""
+    ignored_fields: list[str] = []
+    """Fields of the other contracts (``strict``, ``loadMode``, ...) it set that mean nothing here."""
 
 
 RESOLVE_TOOL: Final = ToolInfo(
@@ -265,6 +269,8 @@ class Catalog:
                 self._warnings.append(withheld_note(info.name, info.module, self.project_root))
             if (note := ungranted_note(info, policy, self._cwd)) is not None:
                 self._warnings.append(note)
+            if info.ignored_fields:
+                self._warnings.append(ignored_note(info))
 
     def policy_for(self, name: str) -> SandboxPolicy:
         """The policy of a registered tool, chosen once by where its module comes from (see ``_register``)."""
@@ -286,6 +292,15 @@ class Catalog:
     def not_found(self, name: str) -> ToolResult:
         """The result of calling ``name``, which no loaded tool has: ``load_error`` if a failed module may define it."""
         return unknown_tool(name, (t.name for t in self.tools.values() if not t.hidden), self.failures)
+
+
+def ignored_note(info: ToolInfo) -> str:
+    """The load warning for fields of the other contracts a tool set that this runner does not use."""
+    fields = ", ".join(info.ignored_fields)
+    return (
+        f"tool {info.name!r} ({info.module}) sets {fields}, which xcsh-run does not use: ignored "
+        "(see docs/typescript.md, tool fields)"
+    )
 
 
 def metadata_file(candidate: Candidate) -> Outcome | None:

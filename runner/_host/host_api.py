@@ -452,6 +452,20 @@ class HostBridge:
         params = p.RenderParams(tool=name, kind="result", args=args, result=result.to_json(), options=opts, theme=theme)
         return await self._render(info, params, default, timeout)
 
+    @property
+    def ui(self) -> object:
+        """The UI prompts go to (the no-op one when none is attached)."""
+        return self._ui
+
+    @property
+    def has_ui(self) -> bool:
+        """Whether someone can answer a prompt."""
+        return self._pool.has_ui
+
+    async def approval_question(self, info: ToolInfo, args: Any, timeout: float) -> str:
+        """The worker's answer to "what does this call need approved?" (JSON text), or "" if it gave none."""
+        return await self._render(info, p.RenderParams(tool=info.name, kind="approval", args=args), "", timeout)
+
     async def _render(self, info: ToolInfo, params: p.RenderParams, default: str, timeout: float) -> str:
         if self._pool.closed:
             return default  # no new worker for a closed runner

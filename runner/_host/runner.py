@@ -41,6 +41,7 @@ from xcsh_run._config import (
 )
 from xcsh_run._discovery import BUILTIN_MODULE, Catalog, LoadError, ModuleCache, ToolInfo, default_dir
 from xcsh_run._errors import ConfigError
+from xcsh_run._host import approval
 from xcsh_run._host.host_api import HostBridge, UIContext, log
 from xcsh_run._host.host_limits import HostLimits, host_limits, watch_host_limits
 from xcsh_run._host.statistics import RunnerStatistics
@@ -228,6 +229,10 @@ class Runner(RunnerSettings):
             return error_result(ErrorKind.INVALID_ARGUMENTS, message, path="$")
         if info.module == BUILTIN_MODULE:
             return await self._bridge.resolve(args)
+        if info.approval is not None:
+            tool_call_id = tool_call_id or f"call-{os.urandom(6).hex()}"  # the prompt is routed by it
+            if refused := await approval.gate(self._bridge, info, args, tool_call_id, approve=self.config.approve):
+                return refused
         return await self._calls.call(
             info, args, timeout=timeout, policy=sandbox if sandbox is not None else self.policy_for(name),
             default_timeout=self.config.default_timeout, ctx={**self._bridge.context, **(ctx or {})},
@@ -388,6 +393,7 @@ async def open_runner(
     spare_workers: int = DEFAULT_SPARE_WORKERS,
     wanted_tool: str | None = None,
     forkserver: bool = DEFAULT_FORKSERVER,
+    approve: bool = False,
     config: RunnerConfig | None = None,
 ) -> AsyncIterator[Runner]:
     """Discover tools and own their workers for the duration of the block.
@@ -434,6 +440,7 @@ async def open_runner(
         spare_workers=spare_workers,
         wanted_tool=wanted_tool,
         forkserver=forkserver,
+        approve=approve,
     )
     if config is None:
         config = keywords

@@ -201,6 +201,8 @@ class Runners:
             try:
                 for error in runner.errors:
                     logger.warning("not loaded: %s: %s", error.path, error.message)
+                for warning in runner.warnings:  # tools that loaded with something to look at (unused fields, ...)
+                    logger.warning("%s", warning)
                 task_status.started(generation)
                 await generation.done.wait()
             finally:

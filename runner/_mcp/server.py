@@ -109,6 +109,8 @@ class ToolServer:
         max_workers: calls running at once; more wait their turn (see ``RunnerConfig``).
         queue_timeout: seconds a call may wait for its turn before it ends
             ``busy``; the call's own timeout starts when it leaves the queue.
+        approve: run tools that declare ``approval`` without asking (``serve --approve``);
+            otherwise each such call is put to its client by elicitation first.
     """
 
     def __init__(
@@ -124,6 +126,7 @@ class ToolServer:
         max_workers: int | None = None,
         queue_timeout: float | None = DEFAULT_QUEUE_TIMEOUT,
         include_hidden: Sequence[str] = (),
+        approve: bool = False,
     ) -> None:
         for label, value in (("timeout", timeout), ("poll_interval", poll_interval), ("queue_timeout", queue_timeout)):
             if value is not None:
@@ -139,7 +142,7 @@ class ToolServer:
             sandbox=sandbox,
             poll_interval=poll_interval,
             on_reloaded=self._on_reloaded,
-            options={"max_workers": max_workers, "queue_timeout": queue_timeout},
+            options={"max_workers": max_workers, "queue_timeout": queue_timeout, "approve": approve},
             prepare=self._prepare,
         )
         self.links = CallLinks()  # the MCP calls in flight, for their log records and prompts

@@ -108,20 +108,29 @@ async def open_face(
     cli_options: Sequence[str] = (),
     cwd: str | None = None,
     policy: dict[str, Any] | None = None,
+    allow_write: Sequence[str] = (),
+    mcp_callbacks: dict[str, Any] | None = None,
     **runner_options: Any,
 ) -> AsyncIterator[Face]:
     """A :class:`Face` over ``tools`` at sandbox ``level``; ``runner_options`` go to ``open_runner``.
 
     ``policy``: more :class:`SandboxPolicy` fields for the embedding API (the
     CLI and ``serve`` take theirs as flags, in ``cli_options``).
+    ``allow_write``: paths a ``strict`` tool may write (``--allow-write``, or the
+    policy's ``extra_write_paths``); ``mcp_callbacks``: the MCP client's
+    ``ClientSession`` callbacks (``elicitation_callback``, ...).
     """
     assert face in FACES and level in LEVELS, (face, level)
+    cli_options = (*cli_options, *(o for path in allow_write for o in ("--allow-write", path)))
     out = Face(face, level, tools, cli_options, cwd)
     if face == "cli":
         yield out
     elif face == "embed":
+        fields = dict(policy or {})
+        if allow_write:
+            fields["extra_write_paths"] = (*fields.get("extra_write_paths", ()), *allow_write)
         async with open_runner(
-            tools, cwd=cwd, sandbox=SandboxPolicy(level=level, **(policy or {})), **runner_options
+            tools, cwd=cwd, sandbox=SandboxPolicy(level=level, **fields), **runner_options
         ) as runner:
             out._runner = runner
             yield out
@@ -132,7 +141,8 @@ async def open_face(
         if cwd is not None:
             os.chdir(cwd)  # serve is started in the test's cwd (stdio_session passes os.getcwd())
         try:
-            async with stdio_session(*tools, options=("--sandbox", level, *cli_options)) as session:
+            options = ("--sandbox", level, *cli_options)
+            async with stdio_session(*tools, options=options, **(mcp_callbacks or {})) as session:
                 out._session = session
                 yield out
         finally:

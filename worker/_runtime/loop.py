@@ -40,6 +40,7 @@ from typing import NoReturn
 import msgspec
 
 from xcsh_run.worker import pi
+from xcsh_run.worker._runtime import approval as _approval
 from xcsh_run.worker._runtime import handoff as _handoff
 from xcsh_run.worker._runtime import sigterm as _sigterm
 from xcsh_run.worker._runtime.channel import Channel
@@ -218,6 +219,8 @@ class Worker:
 
     def handle_render(self, params: m.RenderParams) -> Outcome:
         loaded = self.tools.get(params.tool)
+        if params.kind == "approval" and loaded is not None:
+            return _approval.decide(loaded.tool, params.args, self.bridge.run_hook)
         hook = (
             None
             if loaded is None

@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Mapping
 from types import ModuleType
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import msgspec
 
@@ -195,6 +195,18 @@ def _icons(value: object, tool: str) -> list[dict[str, Any]]:
         raise ValueError(f"tool {tool!r}: {exc}") from None
 
 
+def _approval(tool: CustomTool) -> Literal["read", "write", "exec", "dynamic"] | None:
+    """The tier a tool declares (``dynamic``: a function decides per call); raises ValueError for another value."""
+    if tool.format_approval_details is not None and not callable(tool.format_approval_details):
+        raise ValueError(f"tool {tool.name!r}: format_approval_details must be a function (args) -> list[str]")
+    value = tool.approval
+    if value is None or callable(value):
+        return None if value is None else "dynamic"
+    if value in ("read", "write", "exec"):
+        return value  # type: ignore[return-value]
+    raise ValueError(f"tool {tool.name!r}: approval must be 'read', 'write', 'exec' or a function, got {value!r}")
+
+
 def describe_tool(entry: object) -> LoadedTool:
     """Check one factory entry and describe it; raises ValueError saying what is wrong."""
     tool = _coerce_tool(entry)
@@ -235,6 +247,7 @@ def describe_tool(entry: object) -> LoadedTool:
         icons=_icons(tool.icons, tool.name) if tool.icons is not None else None,
         requires=_requires.coerce(tool.requires, tool.name) if tool.requires is not None else None,
         keeps_processes=bool(tool.keeps_processes),
+        approval=_approval(tool),
     )
     return LoadedTool(tool, description, struct_type)
 

@@ -39,6 +39,7 @@ function themeFor(given: unknown, plain: unknown): unknown {
 
 export async function handleRender(params: Record<string, any>, tools: Map<string, LoadedTool>, plainTheme?: unknown): Promise<Outcome> {
   const loaded = tools.get(params.tool);
+  if (params.kind === "approval") return approvalOf(loaded, params.args ?? {});
   const hookName = params.kind === "call" ? "renderCall" : "renderResult";
   const hook = loaded?.tool[hookName];
   if (typeof hook !== "function") {
@@ -49,7 +50,10 @@ export async function handleRender(params: Record<string, any>, tools: Map<strin
   let text: unknown;
   try {
     if (params.kind === "call") {
-      text = await hook.call(loaded!.tool, args, theme);
+      // Two signatures are public: pi-mono's `renderCall(args, theme)` and the newer
+      // `renderCall(args, options, theme)`; the hook's declared arity tells them apart.
+      const options = { expanded: false, isPartial: false, ...(params.options ?? {}) };
+      text = hook.length >= 3 ? await hook.call(loaded!.tool, args, options, theme) : await hook.call(loaded!.tool, args, theme);
     } else {
       // The original's shapes ({content, details, isError}; {expanded, isPartial, spinnerFrame}), with the wire's names too.
       const result = { ...(params.result ?? {}), isError: params.result?.is_error ?? false };
@@ -86,4 +90,38 @@ export async function handleResolve(params: Record<string, any>, pending: { take
   } catch (exc) {
     return { error: errorObject(Code.TOOL_ERROR, errorMessage(exc), { traceback: traceback(exc) }) };
   }
+}
+
+const TIERS = ["read", "write", "exec"];
+
+/**
+ * What a call of an `approval` tool asks (oh-my-pi's shapes): `approval` is a tier
+ * ("read", "write", "exec") or a function of the arguments returning a tier or
+ * `{tier, policy?, reason?}`; `formatApprovalDetails(args)` gives the lines shown
+ * (a string or an array of strings). Sent as JSON text, as the render reply carries text.
+ */
+async function approvalOf(loaded: LoadedTool | undefined, args: unknown): Promise<Outcome> {
+  const tool = loaded?.tool;
+  if (tool == null) return { error: errorObject(Code.NOT_FOUND, "no such tool in this worker") };
+  let tier: unknown = tool.approval;
+  let reason: unknown;
+  let policy: unknown;
+  let lines: unknown = [];
+  try {
+    if (typeof tier === "function") tier = await tier.call(tool, args);
+    if (tier != null && typeof tier === "object") ({ tier, reason, policy } = tier as Record<string, unknown>);
+    if (typeof tool.formatApprovalDetails === "function") lines = await tool.formatApprovalDetails.call(tool, args);
+  } catch (exc) {
+    return { error: errorObject(Code.TOOL_ERROR, `approval raised ${errorType(exc)}: ${errorMessage(exc)}`) };
+  }
+  if (typeof tier !== "string" || !TIERS.includes(tier)) {
+    return { error: errorObject(Code.TOOL_ERROR, `approval must give one of ${TIERS.join(", ")}, got ${typeof tier === "string" ? JSON.stringify(tier) : typeof tier}`) };
+  }
+  if (typeof lines === "string") lines = [lines];
+  if (lines == null) lines = [];
+  if (!Array.isArray(lines) || lines.some((l) => typeof l !== "string")) {
+    return { error: errorObject(Code.TOOL_ERROR, "formatApprovalDetails must return a string or an array of strings") };
+  }
+  const decision = { tier, lines, reason: typeof reason === "string" ? reason : null, prompt: policy === "prompt" };
+  return { result: { text: JSON.stringify(decision) } };
 }

@@ -182,12 +182,23 @@ export function describeTool(entry: unknown): LoadedTool {
       throw exc;
     }
   }
+  if (tool.approval != null) {
+    const tier = typeof tool.approval === "function" ? "dynamic" : typeof tool.approval === "object" ? tool.approval.tier : tool.approval;
+    if (!["read", "write", "exec", "dynamic"].includes(tier)) fail(`approval must be "read", "write", "exec" or a function of the arguments, got ${short(tool.approval)}`);
+    description.approval = tier;
+  }
+  if (tool.formatApprovalDetails != null && typeof tool.formatApprovalDetails !== "function") fail("formatApprovalDetails must be a function (args) => string[]");
+  const unused = UNUSED_FIELDS.filter((field) => tool[field] !== undefined);
+  if (unused.length) description.ignored_fields = unused;
   if (tool.requires != null) {
     const needs = requires(tool.requires, name);
     if (Object.keys(needs).length) description.requires = needs;
   }
   return { tool, description, expected };
 }
+
+/** Fields public pi-mono / oh-my-pi tools set that mean nothing here: reported at load, never silently dropped. */
+const UNUSED_FIELDS = ["strict", "loadMode", "mcpServerName", "mcpToolName"];
 
 const NEEDS = ["programs", "read", "write", "network"];
 

@@ -79,7 +79,7 @@ export const SHAPES: Readonly<Record<string, Shape>> = byName(Object.entries({
   session: [["event", obj, true], ["ctx", obj, false]],
   render: [
     ["tool", str, true],
-    ["kind", oneOf("call", "result"), true],
+    ["kind", oneOf("call", "result", "approval"), true],
     ["args", any, false],
     ["result", any, false],
     ["options", obj, false],

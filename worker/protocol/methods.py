@@ -197,6 +197,8 @@ class ToolDescription(msgspec.Struct, frozen=True, omit_defaults=True):
     icons: list[dict[str, Any]] | None = None
     requires: Requires | None = None  # needs under strict, shown to the user, never granted by themselves
     keeps_processes: bool = False  # what a call starts in the background lives until the session ends
+    approval: Literal["read", "write", "exec", "dynamic"] | None = None  # "dynamic": a function of the arguments
+    ignored_fields: list[str] = []  # fields of the other contracts this runner does not use, reported at load
 
 
 class EntryError(msgspec.Struct, frozen=True):
@@ -292,7 +294,7 @@ class SessionResult(msgspec.Struct, frozen=True):
 
 class RenderParams(msgspec.Struct, frozen=True, omit_defaults=True):
     tool: str
-    kind: Literal["call", "result"]
+    kind: Literal["call", "result", "approval"]  # "approval": the tool's tier and approval details, as JSON text
     args: Any = None
     result: Any = None
     options: dict[str, Any] = {}
