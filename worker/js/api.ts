@@ -43,11 +43,12 @@
  */
 import { createRequire } from "node:module";
 import { existsSync, readFileSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { format } from "node:util";
 import { ToolError } from "./errors.ts";
 import { exec, type ExecOptions, type ExecResult } from "./exec.ts";
 import type { HostLink } from "./hostlink.ts";
+import { TUI_EXPORTS } from "./tui.ts";
 
 export const LOG_RECORDS_PER_CALL = 1000;
 export const LOG_CHARS_PER_CALL = 256 * 1024;
@@ -282,11 +283,81 @@ export function typeboxLoader(dir: string): () => Record<string, unknown> {
   };
 }
 
+/** Loads a schema library installed beside TypeBox (zod, arktype), once; throws a how-to-fix Error without it. */
+export function libraryLoader(typeboxDir: string, name: string, field: string): () => Record<string, unknown> {
+  let loaded: Record<string, unknown> | undefined;
+  return () => {
+    if (loaded !== undefined) return loaded;
+    const modules = typeboxDir ? dirname(dirname(typeboxDir)) : "";
+    let entry = "";
+    try {
+      entry = modules ? Bun.resolveSync(name, modules) : "";
+    } catch {
+      entry = "";
+    }
+    if (!entry) {
+      throw new Error(
+        `${name} was not found` +
+          (modules ? ` in ${modules}` : "") +
+          `: ${field} needs it. Install it with \`xcsh-run install-bun\` (or \`make bun\` in a checkout of xcsh-run).`,
+      );
+    }
+    loaded = createRequire(import.meta.url)(entry) as Record<string, unknown>;
+    return loaded;
+  };
+}
+
+// ----------------------------------------------------------------- events
+
+/** `pi.events`: an event bus shared by the tools of one worker (never across workers). */
+export class EventBus {
+  private handlers = new Map<string, Set<(data: unknown) => unknown>>();
+
+  /** Call `handler(data)` on every `emit(name, data)`; returns the function that stops it. */
+  on(name: string, handler: (data: unknown) => unknown): () => void {
+    if (typeof handler !== "function") throw new TypeError("events.on(name, handler): handler must be a function");
+    const set = this.handlers.get(name) ?? new Set();
+    set.add(handler);
+    this.handlers.set(name, set);
+    return () => {
+      set.delete(handler);
+    };
+  }
+
+  /** Call the handlers of `name` in the order they were added; one that throws is logged and the rest still run. */
+  emit(name: string, data?: unknown): void {
+    for (const handler of [...(this.handlers.get(name) ?? [])]) {
+      try {
+        const out = handler(data);
+        if (out instanceof Promise) out.catch((exc) => console.error(`events: a '${name}' handler failed:`, exc));
+      } catch (exc) {
+        console.error(`events: a '${name}' handler failed:`, exc);
+      }
+    }
+  }
+}
+
 // --------------------------------------------------------------------- pi
 
-function makePi(typebox: () => Record<string, unknown>, logger: unknown): Record<string, unknown> {
+interface Libraries {
+  typebox: () => Record<string, unknown>;
+  zod: () => Record<string, unknown>;
+  arktype: () => Record<string, unknown>;
+  events: EventBus;
+}
+
+function makePi(libs: Libraries, logger: unknown): Record<string, unknown> {
+  const typebox = libs.typebox;
   return {
+    ...TUI_EXPORTS,
     ToolError,
+    events: libs.events,
+    get zod(): unknown {
+      return libs.zod();
+    },
+    get arktype(): unknown {
+      return libs.arktype();
+    },
     get Type(): unknown {
       return typebox().Type;
     },
@@ -420,7 +491,10 @@ export function makeApi(link: HostLink, opts: { typeboxDir: string }): WorkerApi
   const typebox = typeboxLoader(opts.typeboxDir);
   const pending = new PendingActions();
   const ui = makeUi(link);
-  const pi = makePi(typebox, log.logger);
+  const events = new EventBus();
+  const zod = libraryLoader(opts.typeboxDir, "zod", "pi.zod");
+  const arktype = libraryLoader(opts.typeboxDir, "arktype", "pi.arktype");
+  const pi = makePi({ typebox, zod, arktype, events }, log.logger);
   const api: Record<string, unknown> = {
     cwd: link.cwd,
     exec(command: string, args: readonly string[] = [], options?: ExecOptions): Promise<ExecResult> {
@@ -435,6 +509,13 @@ export function makeApi(link: HostLink, opts: { typeboxDir: string }): WorkerApi
       return typebox();
     },
     pi,
+    events,
+    get zod(): unknown {
+      return zod();
+    },
+    get arktype(): unknown {
+      return arktype();
+    },
     pushPendingAction(action: unknown): string {
       return pushPendingAction(link, pending, action);
     },

@@ -1,0 +1,119 @@
+/**
+ * The agent's packages, as a tool imports them, resolved to what this worker
+ * provides (a Bun runtime plugin, registered before the tool's module is imported).
+ *
+ * Rules:
+ * 1. `@sinclair/typebox` (and its subpaths) is the bundled TypeBox, the one
+ *    `pi.typebox` and `pi.Type` give, whatever the tool's folder holds, so that
+ *    a schema built either way is the same kind of object.
+ * 2. The agent's packages (STAND_INS) are virtual modules of stand-ins: the
+ *    values tools use of them that mean something outside the agent. Their
+ *    types are erased, so `import type` of anything costs nothing.
+ * 3. A named import the stand-in lacks fails in Bun as "Export named 'X' not
+ *    found in module 'P'"; `missingExportHint` turns it into a message naming
+ *    what is provided (loader.ts adds it to the load error).
+ * 4. Anything else resolves as Bun does, from the tool's own node_modules.
+ */
+import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
+import { TUI_EXPORTS } from "./tui.ts";
+
+const AGENT = ["@mariozechner/pi-coding-agent", "@oh-my-pi/pi-coding-agent", "@f5-sales-demo/xcsh"];
+const AI = ["@mariozechner/pi-ai", "@oh-my-pi/pi-ai"];
+const TUI = ["@mariozechner/pi-tui", "@oh-my-pi/pi-tui"];
+const UTILS = ["@oh-my-pi/pi-utils"];
+
+/** The stand-ins' exports by package, built from the worker's `pi` object. */
+export function standIns(pi: Record<string, unknown>): Map<string, Record<string, unknown>> {
+  const pick = (...names: string[]) => {
+    const out: Record<string, unknown> = {};
+    for (const name of names) {
+      try {
+        const value = pi[name];
+        if (value !== undefined) out[name] = value;
+      } catch {
+        // TypeBox not installed: `Type` is simply not provided
+      }
+    }
+    return out;
+  };
+  const tui = { ...TUI_EXPORTS };
+  const ai = pick("Type", "StringEnum");
+  const agent = { ...pick("Type", "StringEnum", "ToolError", "logger", "events", "zod", "arktype"), ...tui };
+  const utils = pick("logger");
+  const map = new Map<string, Record<string, unknown>>();
+  for (const name of AGENT) map.set(name, agent);
+  for (const name of AI) map.set(name, ai);
+  for (const name of TUI) map.set(name, tui);
+  for (const name of UTILS) map.set(name, utils);
+  return map;
+}
+
+let provided = new Map<string, Record<string, unknown>>();
+let zodModule: (() => Record<string, unknown>) | undefined;
+
+/** A zod 4 schema as JSON Schema, with the bundled zod's `toJSONSchema` (it reads any zod 4 schema's `_zod` definition). */
+export function zodToJsonSchema(schema: unknown): unknown {
+  const zod = zodModule?.() as { toJSONSchema?: (s: unknown) => unknown } | undefined;
+  if (typeof zod?.toJSONSchema !== "function") throw new Error("zod is not installed with xcsh-run: run `xcsh-run install-bun`");
+  return zod.toJSONSchema(schema);
+}
+
+/** Register the stand-ins and the TypeBox alias (rules 1, 2); once per worker, before the tool's import. */
+export function registerPackages(pi: Record<string, unknown>, typeboxDir: string): void {
+  provided = standIns(pi);
+  zodModule = () => pi.zod as Record<string, unknown>;
+  Bun.plugin({
+    name: "xcsh-run agent packages",
+    setup(build) {
+      for (const [name, exports] of provided) {
+        build.module(name, () => ({ exports: { ...exports, default: exports }, loader: "object" }));
+      }
+      // A runtime plugin's onResolve is not consulted for bare specifiers, so
+      // TypeBox and each subpath its package.json exports are virtual modules too,
+      // loaded on first import.
+      for (const sub of typeboxEntries(typeboxDir)) {
+        const spec = sub === "." ? "@sinclair/typebox" : `@sinclair/typebox/${sub.slice(2)}`;
+        build.module(spec, () => {
+          const exports = createRequire(import.meta.url)(Bun.resolveSync(spec, dirname(dirname(dirname(typeboxDir)))));
+          return { exports: { ...exports }, loader: "object" };
+        });
+      }
+    },
+  });
+}
+
+/** The entry points TypeBox's package.json exports (".", "./value", ...), none without TypeBox. */
+function typeboxEntries(typeboxDir: string): string[] {
+  if (!typeboxDir) return [];
+  try {
+    const pkg = JSON.parse(readFileSync(join(typeboxDir, "package.json"), "utf8")) as { exports?: Record<string, unknown> };
+    return Object.keys(pkg.exports ?? { ".": null }).filter((key) => key === "." || /^\.\/[\w-]+$/.test(key));
+  } catch {
+    return [];
+  }
+}
+
+/** Rule 3: what to add to an import error that names a stand-in, or "". */
+export function missingExportHint(message: string): string {
+  const missing = /Export named '([^']+)' not found in module '([^']+)'/.exec(message);
+  if (missing) {
+    const [, name, pkg] = missing;
+    const exports = provided.get(pkg!);
+    if (!exports) return "";
+    return (
+      ` (${pkg} is provided by xcsh-run as a stand-in without '${name}': it has ${Object.keys(exports).sort().join(", ")}; ` +
+      "import types with `import type`, and install what else the tool needs beside it)"
+    );
+  }
+  const subpath = /Cannot find (?:module|package) '((@mariozechner\/pi-[a-z-]+|@oh-my-pi\/[a-z-]+|@f5-sales-demo\/xcsh)\/[^']*)'/.exec(message);
+  if (subpath && provided.has(subpath[2]!)) {
+    return ` (xcsh-run provides ${subpath[2]} itself, not its subpath '${subpath[1]}': import the names from '${subpath[2]}')`;
+  }
+  const unknown = /Cannot find (?:module|package) '((@mariozechner|@oh-my-pi)\/[^'/]+)'/.exec(message);
+  if (unknown) {
+    return ` (xcsh-run provides ${[...provided.keys()].join(", ")}; '${unknown[1]}' is not among them: install it beside the tool)`;
+  }
+  return "";
+}
