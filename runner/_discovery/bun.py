@@ -122,16 +122,24 @@ class JsRuntime(msgspec.Struct, frozen=True):
 
 
 def schema_libraries(typebox: str) -> list[str]:
-    """TypeBox's folder and the folders of the libraries installed beside it (zod, arktype and what arktype needs), where present.
+    """TypeBox's folder and, with zod or arktype installed beside it, the install folder that holds them.
 
-    arktype's own dependencies (``@ark/*``) are in the same node_modules, so
-    the scope folder is granted whole.
+    arktype's modules import its own packages (``@ark/schema``, ...) by name,
+    and Bun's resolver finds them only by listing the install folder, so that
+    folder is granted whole (what ``install-bun`` put there: Bun, the schema
+    libraries and npm's lock file). Never a home directory or a folder holding
+    one: there only the packages' own folders are granted, and arktype fails to
+    load at strict, with Bun's message.
     """
     if not typebox:
         return []
     modules = os.path.dirname(os.path.dirname(typebox))  # node_modules/@sinclair/typebox
-    extra = [os.path.join(modules, name) for name in ("zod", "arktype", "arkregex", "@ark")]
-    return [typebox, *(p for p in extra if os.path.isdir(p))]
+    extra = [p for p in (os.path.join(modules, name) for name in ("zod", "arktype", "arkregex", "@ark")) if os.path.isdir(p)]
+    prefix = os.path.realpath(os.path.dirname(modules))
+    homes = {os.path.realpath(os.path.expanduser("~"))}
+    if extra and not any(home == prefix or home.startswith(prefix.rstrip("/") + "/") for home in homes) and prefix != "/":
+        return [typebox, prefix]
+    return [typebox, *extra]
 
 
 def default_prefix() -> Path:

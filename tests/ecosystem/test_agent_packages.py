@@ -50,7 +50,7 @@ async def test_zod_and_arktype_schemas_validate_and_events_pass_between_tools(fa
 
 async def test_the_listing_has_the_json_schemas_and_the_renderers_give_text(bun: str) -> None:
     with trio.fail_after(90):
-        async with open_runner([WEATHER, COUNTER], policy=SandboxPolicy(level="strict")) as runner:
+        async with open_runner([WEATHER, COUNTER], sandbox=SandboxPolicy(level="strict")) as runner:
             tools = {t.name: t for t in runner.tools}
             call_text = await runner.render_call("forecast", {"city": "Rome", "unit": "fahrenheit"})
             result = await runner.call_tool("count_words", {"text": "a b", "mode": "words"})
@@ -70,7 +70,7 @@ async def test_the_listing_has_the_json_schemas_and_the_renderers_give_text(bun:
 @pytest.mark.parametrize("level", LEVELS)
 async def test_a_name_the_stand_ins_lack_fails_with_what_they_provide(level: str, bun: str) -> None:
     with trio.fail_after(60):
-        async with open_runner([MISSING], policy=SandboxPolicy(level=level)) as runner:
+        async with open_runner([MISSING], sandbox=SandboxPolicy(level=level)) as runner:
             errors = [e.message for e in runner.errors]
     assert len(errors) == 1, errors
     message = errors[0]

@@ -48,6 +48,7 @@ import { format } from "node:util";
 import { ToolError } from "./errors.ts";
 import { exec, type ExecOptions, type ExecResult } from "./exec.ts";
 import type { HostLink } from "./hostlink.ts";
+import { packageEntry } from "./packages.ts";
 import { TUI_EXPORTS } from "./tui.ts";
 
 export const LOG_RECORDS_PER_CALL = 1000;
@@ -291,9 +292,9 @@ export function libraryLoader(typeboxDir: string, name: string, field: string): 
     const modules = typeboxDir ? dirname(dirname(typeboxDir)) : "";
     let entry = "";
     try {
-      entry = modules ? Bun.resolveSync(name, modules) : "";
+      entry = modules ? packageEntry(join(modules, name)) : "";
     } catch {
-      entry = "";
+      entry = ""; // not installed: the Error below says how to install it
     }
     if (!entry) {
       throw new Error(

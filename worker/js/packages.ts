@@ -16,7 +16,7 @@
  */
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
-import { dirname, join } from "node:path";
+import { join } from "node:path";
 import { TUI_EXPORTS } from "./tui.ts";
 
 const AGENT = ["@mariozechner/pi-coding-agent", "@oh-my-pi/pi-coding-agent", "@f5-sales-demo/xcsh"];
@@ -76,12 +76,24 @@ export function registerPackages(pi: Record<string, unknown>, typeboxDir: string
       for (const sub of typeboxEntries(typeboxDir)) {
         const spec = sub === "." ? "@sinclair/typebox" : `@sinclair/typebox/${sub.slice(2)}`;
         build.module(spec, () => {
-          const exports = createRequire(import.meta.url)(Bun.resolveSync(spec, dirname(dirname(dirname(typeboxDir)))));
+          // The ESM build, the file pi.typebox loads for ".", so both give one module instance.
+          const exports = createRequire(import.meta.url)(packageEntry(typeboxDir, sub));
           return { exports: { ...exports }, loader: "object" };
         });
       }
     },
   });
+}
+
+/** The file `import "<package>/<sub>"` loads under Bun: the ESM entry of package.json's exports, else main. */
+export function packageEntry(dir: string, sub = "."): string {
+  const pkg = JSON.parse(readFileSync(join(dir, "package.json"), "utf8")) as { main?: string; module?: string; exports?: any };
+  const entry = pkg.exports?.[sub] ?? (sub === "." && typeof pkg.exports === "string" ? pkg.exports : undefined);
+  const pick = (e: any): string | undefined =>
+    typeof e === "string" ? e : e && typeof e === "object" ? (pick(e.bun) ?? pick(e.import) ?? pick(e.default)) : undefined;
+  const file = pick(entry) ?? (sub === "." ? (pkg.module ?? pkg.main ?? "index.js") : undefined);
+  if (!file) throw new Error(`${dir}/package.json exports no '${sub}'`);
+  return join(dir, file);
 }
 
 /** The entry points TypeBox's package.json exports (".", "./value", ...), none without TypeBox. */
