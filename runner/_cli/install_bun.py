@@ -1,4 +1,4 @@
-"""``xcsh-run install-bun``: Bun, TypeBox, zod and arktype from the npm registry, for JavaScript and TypeScript tools."""
+"""``xcsh-run install-bun``: Bun, TypeBox, zod and arktype from the npm registry, for JavaScript tools."""
 
 from __future__ import annotations
 

@@ -134,10 +134,16 @@ def schema_libraries(typebox: str) -> list[str]:
     if not typebox:
         return []
     modules = os.path.dirname(os.path.dirname(typebox))  # node_modules/@sinclair/typebox
-    extra = [p for p in (os.path.join(modules, name) for name in ("zod", "arktype", "arkregex", "@ark")) if os.path.isdir(p)]
+    extra = [
+        p for p in (os.path.join(modules, name) for name in ("zod", "arktype", "arkregex", "@ark")) if os.path.isdir(p)
+    ]
     prefix = os.path.realpath(os.path.dirname(modules))
     homes = {os.path.realpath(os.path.expanduser("~"))}
-    if extra and not any(home == prefix or home.startswith(prefix.rstrip("/") + "/") for home in homes) and prefix != "/":
+    if (
+        extra
+        and not any(home == prefix or home.startswith(prefix.rstrip("/") + "/") for home in homes)
+        and prefix != "/"
+    ):
         return [typebox, prefix]
     return [typebox, *extra]
 
@@ -249,7 +255,7 @@ def version(bun: str, timeout: float = 10.0) -> str:
 
 
 def install(prefix: str | os.PathLike[str] | None = None, *, timeout: float = 600.0) -> Path:
-    """Install the pinned Bun, TypeBox, zod and arktype from the npm registry into ``prefix`` (default :func:`default_prefix`).
+    """Install the pinned Bun, TypeBox, zod and arktype from npm into ``prefix`` (default :func:`default_prefix`).
 
     Returns the Bun executable, checked with ``--version``. Raises BunError.
     npm 11 skips the ``bun`` package's postinstall step; its

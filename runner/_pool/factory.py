@@ -28,6 +28,7 @@ from xcsh_run._process import (
     make_workdir,
     remove_workdir,
 )
+from xcsh_run._project import project_root
 from xcsh_run._sandbox import (
     DROPPED_ENV,
     MiB,
@@ -39,7 +40,6 @@ from xcsh_run._sandbox import (
     tool_node_modules,
     worker_config,
 )
-from xcsh_run._project import project_root
 
 log: Final = logging.getLogger("xcsh_run")
 

@@ -57,7 +57,11 @@ async def test_the_listing_has_the_json_schemas_and_the_renderers_give_text(bun:
             result_text = await runner.render_result("count_words", result, {})
     assert not runner.errors, runner.errors
     params = json.loads(json.dumps(tools["forecast"].parameters))
-    assert params["properties"]["unit"] == {"type": "string", "enum": ["celsius", "fahrenheit"], "description": "Temperature unit"}
+    assert params["properties"]["unit"] == {
+        "type": "string",
+        "enum": ["celsius", "fahrenheit"],
+        "description": "Temperature unit",
+    }
     zod = tools["count_words"].parameters
     assert zod["properties"]["mode"]["enum"] == ["words", "chars"] and zod["properties"]["text"]["minLength"] == 1
     assert sorted(zod["required"]) == ["mode", "text"] and "$schema" not in zod

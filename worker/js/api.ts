@@ -23,6 +23,12 @@
  *   form; `{action: "cancel", content: null}` without a UI) and
  *   `api.sample(messages, options?)` (a completion from the host's MCP client).
  *
+ * - `zod` and `arktype` (on the api and on `pi`, as later versions give them)
+ *   are the modules installed beside TypeBox, loaded on first use; without
+ *   them, using one throws an Error that says how to install it.
+ * - `events`: an event bus of this worker's tools (`on` returns the
+ *   unsubscribe); a handler that throws is logged, the others still run.
+ *
  * The `pi` namespace. The original injects the whole agent package
  * (`@oh-my-pi/pi-coding-agent`). Here it holds what means something outside
  * the agent:
@@ -31,15 +37,18 @@
  * - `Type`: TypeBox's `Type` builder (loaded on first use).
  * - `StringEnum(values, {description?, default?})`: a string enum schema
  *   (`{type: "string", enum: [...]}`), as the agent's AI package defines it.
- * - `logger`: the same logger as `api.logger`.
- * Absent, because they belong to the agent process a tool no longer runs in:
- * sessions and their storage (`SessionManager`, ...), the model and auth
- * registries, settings, the SDK and run modes (`main`, `createAgentSession`,
- * ...), keybindings, prompt templates, skills, slash commands, extensions,
- * TUI components (`Text`, `Container`, `Markdown`, `Spacer`, editors) and
- * themes, the built-in tools, `getAgentDir`, `VERSION`, and the `zod` /
- * `arktype` schema builders of later versions. A tool that value-imports the
- * agent package itself fails to load: use `import type` for its types.
+ * - `logger`, `events`, `zod`, `arktype`: the same as the api's.
+ * - The TUI components renderers use, drawing plain text (tui.ts): `Text`,
+ *   `TruncatedText`, `Container`, `Box`, `Spacer`, `Markdown`, `visibleWidth`,
+ *   `truncateToWidth`, `wrapTextWithAnsi`.
+ * The same values answer a tool's imports of the agent's packages
+ * (packages.ts). Absent, because they belong to the agent process a tool no
+ * longer runs in: sessions and their storage (`SessionManager`, ...), the
+ * model and auth registries, settings, the SDK and run modes (`main`,
+ * `createAgentSession`, ...), keybindings, prompt templates, skills, slash
+ * commands, editors and themes, the built-in tools, `getAgentDir`, `VERSION`.
+ * Importing one of them by value fails to load, with a message listing what
+ * is provided: use `import type` for types.
  */
 import { createRequire } from "node:module";
 import { existsSync, readFileSync } from "node:fs";
