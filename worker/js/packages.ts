@@ -24,33 +24,28 @@ const AI = ["@mariozechner/pi-ai", "@oh-my-pi/pi-ai"];
 const TUI = ["@mariozechner/pi-tui", "@oh-my-pi/pi-tui"];
 const UTILS = ["@oh-my-pi/pi-utils"];
 
-/** The stand-ins' exports by package, built from the worker's `pi` object. */
-export function standIns(pi: Record<string, unknown>): Map<string, Record<string, unknown>> {
-  const pick = (...names: string[]) => {
-    const out: Record<string, unknown> = {};
-    for (const name of names) {
-      try {
-        const value = pi[name];
-        if (value !== undefined) out[name] = value;
-      } catch {
-        // TypeBox not installed: `Type` is simply not provided
-      }
+/** The names each stand-in exports, by package; their values are read from `pi` only when a tool imports the package. */
+const TUI_NAMES = Object.keys(TUI_EXPORTS);
+export const STAND_INS: ReadonlyMap<string, readonly string[]> = new Map([
+  ...AGENT.map((name) => [name, ["Type", "StringEnum", "ToolError", "logger", "events", ...TUI_NAMES]] as const),
+  ...AI.map((name) => [name, ["Type", "StringEnum"]] as const),
+  ...TUI.map((name) => [name, TUI_NAMES] as const),
+  ...UTILS.map((name) => [name, ["logger"]] as const),
+]);
+
+function exportsOf(pi: Record<string, unknown>, names: readonly string[]): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const name of names) {
+    try {
+      const value = pi[name];
+      if (value !== undefined) out[name] = value;
+    } catch {
+      // TypeBox not installed: `Type` is simply not provided
     }
-    return out;
-  };
-  const tui = { ...TUI_EXPORTS };
-  const ai = pick("Type", "StringEnum");
-  const agent = { ...pick("Type", "StringEnum", "ToolError", "logger", "events", "zod", "arktype"), ...tui };
-  const utils = pick("logger");
-  const map = new Map<string, Record<string, unknown>>();
-  for (const name of AGENT) map.set(name, agent);
-  for (const name of AI) map.set(name, ai);
-  for (const name of TUI) map.set(name, tui);
-  for (const name of UTILS) map.set(name, utils);
-  return map;
+  }
+  return out;
 }
 
-let provided = new Map<string, Record<string, unknown>>();
 let zodModule: (() => Record<string, unknown>) | undefined;
 
 /** A zod 4 schema as JSON Schema, with the bundled zod's `toJSONSchema` (it reads any zod 4 schema's `_zod` definition). */
@@ -62,13 +57,16 @@ export function zodToJsonSchema(schema: unknown): unknown {
 
 /** Register the stand-ins and the TypeBox alias (rules 1, 2); once per worker, before the tool's import. */
 export function registerPackages(pi: Record<string, unknown>, typeboxDir: string): void {
-  provided = standIns(pi);
   zodModule = () => pi.zod as Record<string, unknown>;
   Bun.plugin({
     name: "xcsh-run agent packages",
     setup(build) {
-      for (const [name, exports] of provided) {
-        build.module(name, () => ({ exports: { ...exports, default: exports }, loader: "object" }));
+      for (const [name, names] of STAND_INS) {
+        // Lazy: the callback runs on the first import, so a tool that imports none loads nothing more.
+        build.module(name, () => {
+          const exports = exportsOf(pi, names);
+          return { exports: { ...exports, default: exports }, loader: "object" };
+        });
       }
       // A runtime plugin's onResolve is not consulted for bare specifiers, so
       // TypeBox and each subpath its package.json exports are virtual modules too,
@@ -112,20 +110,20 @@ export function missingExportHint(message: string): string {
   const missing = /Export named '([^']+)' not found in module '([^']+)'/.exec(message);
   if (missing) {
     const [, name, pkg] = missing;
-    const exports = provided.get(pkg!);
-    if (!exports) return "";
+    const names = STAND_INS.get(pkg!);
+    if (!names) return "";
     return (
-      ` (${pkg} is provided by xcsh-run as a stand-in without '${name}': it has ${Object.keys(exports).sort().join(", ")}; ` +
+      ` (${pkg} is provided by xcsh-run as a stand-in without '${name}': it has ${[...names].sort().join(", ")}; ` +
       "import types with `import type`, and install what else the tool needs beside it)"
     );
   }
   const subpath = /Cannot find (?:module|package) '((@mariozechner\/pi-[a-z-]+|@oh-my-pi\/[a-z-]+|@f5-sales-demo\/xcsh)\/[^']*)'/.exec(message);
-  if (subpath && provided.has(subpath[2]!)) {
+  if (subpath && STAND_INS.has(subpath[2]!)) {
     return ` (xcsh-run provides ${subpath[2]} itself, not its subpath '${subpath[1]}': import the names from '${subpath[2]}')`;
   }
   const unknown = /Cannot find (?:module|package) '((@mariozechner|@oh-my-pi)\/[^'/]+)'/.exec(message);
   if (unknown) {
-    return ` (xcsh-run provides ${[...provided.keys()].join(", ")}; '${unknown[1]}' is not among them: install it beside the tool)`;
+    return ` (xcsh-run provides ${[...STAND_INS.keys()].join(", ")}; '${unknown[1]}' is not among them: install it beside the tool)`;
   }
   return "";
 }
