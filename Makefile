@@ -8,7 +8,7 @@ BENCH_STAMP := $(VENV)/.bench-installed-$(shell cat pyproject.toml | cksum | cut
 # Bun and TypeBox for the TypeScript tools (runner/_discovery/bun.py pins their versions): installed once per pin.
 BUN_DIR := $(CURDIR)/.cache/bun
 BUN_EXE := $(BUN_DIR)/node_modules/bun/bin/bun.exe
-BUN_STAMP := $(BUN_DIR)/.installed-$(shell grep -E '^(BUN|TYPEBOX)_VERSION' runner/_discovery/bun.py | cksum | cut -d' ' -f1)
+BUN_STAMP := $(BUN_DIR)/.installed-$(shell grep -E '^(BUN|TYPEBOX|ZOD|ARKTYPE)_VERSION' runner/_discovery/bun.py | cksum | cut -d' ' -f1)
 
 .PHONY: setup bun run test stress check docs lint fuzz bench conformance wheel clean import-tree
 

@@ -1,4 +1,4 @@
-"""``xcsh-run install-bun``: Bun and TypeBox from the npm registry, for JavaScript and TypeScript tools."""
+"""``xcsh-run install-bun``: Bun, TypeBox, zod and arktype from the npm registry, for JavaScript tools."""
 
 from __future__ import annotations
 
@@ -9,7 +9,16 @@ import typer
 
 from xcsh_run._cli.app import app
 from xcsh_run._cli.options import CwdOpt
-from xcsh_run._discovery import BUN_ENV, BUN_VERSION, TYPEBOX_VERSION, BunError, default_prefix, install
+from xcsh_run._discovery import (
+    ARKTYPE_VERSION,
+    BUN_ENV,
+    BUN_VERSION,
+    TYPEBOX_VERSION,
+    ZOD_VERSION,
+    BunError,
+    default_prefix,
+    install,
+)
 
 
 @app.command("install-bun")
@@ -20,7 +29,7 @@ def install_bun_command(
     ] = None,
     cwd: CwdOpt = None,
 ) -> None:
-    """Install Bun and TypeBox (pinned versions) with npm, where xcsh-run looks for them.
+    """Install Bun, TypeBox, zod and arktype (pinned versions) with npm, where xcsh-run looks for them.
 
     Bun runs the .ts, .js and .mjs tools. A Bun named by XCSH_RUN_BUN, then by
     [runtime] bun in ~/.xcsh/config.toml, comes first; this install comes
@@ -32,7 +41,11 @@ def install_bun_command(
       1  npm is missing, or the install failed (the reason is printed)
     """
     target = prefix.expanduser().absolute() if prefix is not None else default_prefix()
-    typer.echo(f"installing bun {BUN_VERSION} and @sinclair/typebox {TYPEBOX_VERSION} into {target} ...", err=True)
+    typer.echo(
+        f"installing bun {BUN_VERSION}, @sinclair/typebox {TYPEBOX_VERSION}, zod {ZOD_VERSION} and "
+        f"arktype {ARKTYPE_VERSION} into {target} ...",
+        err=True,
+    )
     try:
         bun = install(target)
     except BunError as exc:

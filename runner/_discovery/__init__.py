@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING, Any
 from xcsh_run import _startup  # noqa: F401
 
 if TYPE_CHECKING:
+    from xcsh_run._discovery.bun import ARKTYPE_VERSION as ARKTYPE_VERSION
     from xcsh_run._discovery.bun import BUN_ENV as BUN_ENV
     from xcsh_run._discovery.bun import BUN_VERSION as BUN_VERSION
     from xcsh_run._discovery.bun import TYPEBOX_VERSION as TYPEBOX_VERSION
+    from xcsh_run._discovery.bun import ZOD_VERSION as ZOD_VERSION
     from xcsh_run._discovery.bun import BunError as BunError
     from xcsh_run._discovery.bun import JsRuntime as JsRuntime
     from xcsh_run._discovery.bun import default_prefix as default_prefix
@@ -79,6 +81,8 @@ __all__ = [
     "Outcome",
     "SchemaProblem",
     "TYPEBOX_VERSION",
+    "ZOD_VERSION",
+    "ARKTYPE_VERSION",
     "ToolEnv",
     "ToolInfo",
     "ToolSource",
@@ -126,6 +130,8 @@ _HOMES: dict[str, str] = {
     "Outcome": "catalog",
     "SchemaProblem": "schemas",
     "TYPEBOX_VERSION": "bun",
+    "ZOD_VERSION": "bun",
+    "ARKTYPE_VERSION": "bun",
     "ToolEnv": "tool_envs",
     "ToolInfo": "catalog",
     "ToolSource": "finder",

@@ -37,6 +37,9 @@ from xcsh_run._safe_read import CONFIG_MAX_BYTES, read_capped
 
 BUN_VERSION: Final = "1.4.5"
 TYPEBOX_VERSION: Final = "0.34.52"
+# The schema libraries of pi.zod and pi.arktype, installed beside TypeBox (their folder is its node_modules).
+ZOD_VERSION: Final = "4.1.12"
+ARKTYPE_VERSION: Final = "2.1.25"
 BUN_ENV: Final = "XCSH_RUN_BUN"
 MAIN_ENV: Final = "XCSH_RUN_JS_MAIN"
 _CONFIGURED: Final = "[runtime] bun in ~/.xcsh/config.toml"
@@ -115,7 +118,34 @@ class JsRuntime(msgspec.Struct, frozen=True):
         Not Bun's folder: the exec rule already lets Bun read its own binary, and
         that folder may be a home (``XCSH_RUN_BUN=~/bun``), which strict never grants.
         """
-        return [p for p in (os.path.dirname(self.main), self.typebox) if p]
+        return [p for p in (os.path.dirname(self.main), *schema_libraries(self.typebox)) if p]
+
+
+def schema_libraries(typebox: str) -> list[str]:
+    """TypeBox's folder and, with zod or arktype installed beside it, the install folder that holds them.
+
+    arktype's modules import its own packages (``@ark/schema``, ...) by name,
+    and Bun's resolver finds them only by listing the install folder, so that
+    folder is granted whole (what ``install-bun`` put there: Bun, the schema
+    libraries and npm's lock file). Never a home directory or a folder holding
+    one: there only the packages' own folders are granted, and arktype fails to
+    load at strict, with Bun's message.
+    """
+    if not typebox:
+        return []
+    modules = os.path.dirname(os.path.dirname(typebox))  # node_modules/@sinclair/typebox
+    extra = [
+        p for p in (os.path.join(modules, name) for name in ("zod", "arktype", "arkregex", "@ark")) if os.path.isdir(p)
+    ]
+    prefix = os.path.realpath(os.path.dirname(modules))
+    homes = {os.path.realpath(os.path.expanduser("~"))}
+    if (
+        extra
+        and not any(home == prefix or home.startswith(prefix.rstrip("/") + "/") for home in homes)
+        and prefix != "/"
+    ):
+        return [typebox, prefix]
+    return [typebox, *extra]
 
 
 def default_prefix() -> Path:
@@ -225,7 +255,7 @@ def version(bun: str, timeout: float = 10.0) -> str:
 
 
 def install(prefix: str | os.PathLike[str] | None = None, *, timeout: float = 600.0) -> Path:
-    """Install the pinned Bun and TypeBox from the npm registry into ``prefix`` (default :func:`default_prefix`).
+    """Install the pinned Bun, TypeBox, zod and arktype from npm into ``prefix`` (default :func:`default_prefix`).
 
     Returns the Bun executable, checked with ``--version``. Raises BunError.
     npm 11 skips the ``bun`` package's postinstall step; its
@@ -240,7 +270,8 @@ def install(prefix: str | os.PathLike[str] | None = None, *, timeout: float = 60
         )
     target.mkdir(parents=True, exist_ok=True)
     argv = [npm, "install", "--prefix", str(target), "--no-audit", "--no-fund", "--save-exact",
-            f"bun@{BUN_VERSION}", f"@sinclair/typebox@{TYPEBOX_VERSION}"]  # fmt: skip
+            f"bun@{BUN_VERSION}", f"@sinclair/typebox@{TYPEBOX_VERSION}",
+            f"zod@{ZOD_VERSION}", f"arktype@{ARKTYPE_VERSION}"]  # fmt: skip
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:

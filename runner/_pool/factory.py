@@ -28,6 +28,7 @@ from xcsh_run._process import (
     make_workdir,
     remove_workdir,
 )
+from xcsh_run._project import project_root
 from xcsh_run._sandbox import (
     DROPPED_ENV,
     MiB,
@@ -36,6 +37,7 @@ from xcsh_run._sandbox import (
     build_env,
     dropped_env,
     for_javascript,
+    tool_node_modules,
     worker_config,
 )
 
@@ -150,7 +152,9 @@ class ProcessFactory:
                 config = readable_for_drop(config, tool_env)
             if js is not None:
                 env = js_env(env)
-                config = for_javascript(config, js.bun, js.read_paths())
+                # The tool's own packages, read-only, as Bun resolves them (beside it, or up to the project root).
+                packages = tool_node_modules(str(module), project_root(self._cwd))
+                config = for_javascript(config, js.bun, [*js.read_paths(), *packages])
             if workdir is not None and config.drop_uid is not None and config.drop_gid is not None:
                 try:
                     hand_over_workdir(workdir, config.drop_uid, config.drop_gid)

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from xcsh_run._sandbox.policy import worker_config as worker_config
     from xcsh_run._sandbox.strict_paths import WORKER_SIDE_MODULES as WORKER_SIDE_MODULES
     from xcsh_run._sandbox.strict_paths import project_folder as project_folder
+    from xcsh_run._sandbox.strict_paths import tool_node_modules as tool_node_modules
 
 __all__ = [
     "WORKER_SIDE_MODULES",
@@ -56,6 +57,7 @@ __all__ = [
     "granted_policies",
     "probe",
     "project_folder",
+    "tool_node_modules",
     "protect_host",
     "reaches",
     "ungranted_note",
@@ -82,6 +84,7 @@ _HOMES: dict[str, str] = {
     "granted_policies": "grants",
     "probe": "policy",
     "project_folder": "strict_paths",
+    "tool_node_modules": "strict_paths",
     "protect_host": "host_guard",
     "reaches": "grants",
     "ungranted_note": "grants",

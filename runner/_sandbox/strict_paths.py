@@ -189,3 +189,26 @@ def project_folder(path: str) -> bool:
         return False
     real = os.path.realpath(path)
     return real != "/" and not any(home == real or home.startswith(real.rstrip("/") + "/") for home in _homes())
+
+
+def tool_node_modules(module: str, root: str) -> list[str]:
+    """The ``node_modules`` folders a JavaScript tool resolves its packages from, read-only at ``strict``.
+
+    From the tool's folder (the module's, or the package folder itself) up to the
+    project ``root`` inclusive, as Bun's resolver walks; none for a tool outside
+    the project, whose parents strict never opens. Each folder must pass
+    :func:`project_folder`, so a home's node_modules is never granted this way.
+    """
+    real_root = os.path.realpath(root)
+    start = os.path.realpath(module)
+    folder = start if os.path.isdir(start) else os.path.dirname(start)
+    if folder != real_root and not folder.startswith(real_root.rstrip("/") + "/"):
+        return []
+    found: list[str] = []
+    while True:
+        candidate = os.path.join(folder, "node_modules")
+        if os.path.isdir(candidate) and project_folder(folder):
+            found.append(candidate)
+        if folder == real_root or folder == os.path.dirname(folder):
+            return found
+        folder = os.path.dirname(folder)

@@ -23,6 +23,12 @@
  *   form; `{action: "cancel", content: null}` without a UI) and
  *   `api.sample(messages, options?)` (a completion from the host's MCP client).
  *
+ * - `zod` and `arktype` (on the api and on `pi`, as later versions give them)
+ *   are the modules installed beside TypeBox, loaded on first use; without
+ *   them, using one throws an Error that says how to install it.
+ * - `events`: an event bus of this worker's tools (`on` returns the
+ *   unsubscribe); a handler that throws is logged, the others still run.
+ *
  * The `pi` namespace. The original injects the whole agent package
  * (`@oh-my-pi/pi-coding-agent`). Here it holds what means something outside
  * the agent:
@@ -31,23 +37,28 @@
  * - `Type`: TypeBox's `Type` builder (loaded on first use).
  * - `StringEnum(values, {description?, default?})`: a string enum schema
  *   (`{type: "string", enum: [...]}`), as the agent's AI package defines it.
- * - `logger`: the same logger as `api.logger`.
- * Absent, because they belong to the agent process a tool no longer runs in:
- * sessions and their storage (`SessionManager`, ...), the model and auth
- * registries, settings, the SDK and run modes (`main`, `createAgentSession`,
- * ...), keybindings, prompt templates, skills, slash commands, extensions,
- * TUI components (`Text`, `Container`, `Markdown`, `Spacer`, editors) and
- * themes, the built-in tools, `getAgentDir`, `VERSION`, and the `zod` /
- * `arktype` schema builders of later versions. A tool that value-imports the
- * agent package itself fails to load: use `import type` for its types.
+ * - `logger`, `events`, `zod`, `arktype`: the same as the api's.
+ * - The TUI components renderers use, drawing plain text (tui.ts): `Text`,
+ *   `TruncatedText`, `Container`, `Box`, `Spacer`, `Markdown`, `visibleWidth`,
+ *   `truncateToWidth`, `wrapTextWithAnsi`.
+ * The same values answer a tool's imports of the agent's packages
+ * (packages.ts). Absent, because they belong to the agent process a tool no
+ * longer runs in: sessions and their storage (`SessionManager`, ...), the
+ * model and auth registries, settings, the SDK and run modes (`main`,
+ * `createAgentSession`, ...), keybindings, prompt templates, skills, slash
+ * commands, editors and themes, the built-in tools, `getAgentDir`, `VERSION`.
+ * Importing one of them by value fails to load, with a message listing what
+ * is provided: use `import type` for types.
  */
 import { createRequire } from "node:module";
 import { existsSync, readFileSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { format } from "node:util";
 import { ToolError } from "./errors.ts";
 import { exec, type ExecOptions, type ExecResult } from "./exec.ts";
 import type { HostLink } from "./hostlink.ts";
+import { packageEntry } from "./packages.ts";
+import { TUI_EXPORTS } from "./tui.ts";
 
 export const LOG_RECORDS_PER_CALL = 1000;
 export const LOG_CHARS_PER_CALL = 256 * 1024;
@@ -282,11 +293,81 @@ export function typeboxLoader(dir: string): () => Record<string, unknown> {
   };
 }
 
+/** Loads a schema library installed beside TypeBox (zod, arktype), once; throws a how-to-fix Error without it. */
+export function libraryLoader(typeboxDir: string, name: string, field: string): () => Record<string, unknown> {
+  let loaded: Record<string, unknown> | undefined;
+  return () => {
+    if (loaded !== undefined) return loaded;
+    const modules = typeboxDir ? dirname(dirname(typeboxDir)) : "";
+    let entry = "";
+    try {
+      entry = modules ? packageEntry(join(modules, name)) : "";
+    } catch {
+      entry = ""; // not installed: the Error below says how to install it
+    }
+    if (!entry) {
+      throw new Error(
+        `${name} was not found` +
+          (modules ? ` in ${modules}` : "") +
+          `: ${field} needs it. Install it with \`xcsh-run install-bun\` (or \`make bun\` in a checkout of xcsh-run).`,
+      );
+    }
+    loaded = createRequire(import.meta.url)(entry) as Record<string, unknown>;
+    return loaded;
+  };
+}
+
+// ----------------------------------------------------------------- events
+
+/** `pi.events`: an event bus shared by the tools of one worker (never across workers). */
+export class EventBus {
+  private handlers = new Map<string, Set<(data: unknown) => unknown>>();
+
+  /** Call `handler(data)` on every `emit(name, data)`; returns the function that stops it. */
+  on(name: string, handler: (data: unknown) => unknown): () => void {
+    if (typeof handler !== "function") throw new TypeError("events.on(name, handler): handler must be a function");
+    const set = this.handlers.get(name) ?? new Set();
+    set.add(handler);
+    this.handlers.set(name, set);
+    return () => {
+      set.delete(handler);
+    };
+  }
+
+  /** Call the handlers of `name` in the order they were added; one that throws is logged and the rest still run. */
+  emit(name: string, data?: unknown): void {
+    for (const handler of [...(this.handlers.get(name) ?? [])]) {
+      try {
+        const out = handler(data);
+        if (out instanceof Promise) out.catch((exc) => console.error(`events: a '${name}' handler failed:`, exc));
+      } catch (exc) {
+        console.error(`events: a '${name}' handler failed:`, exc);
+      }
+    }
+  }
+}
+
 // --------------------------------------------------------------------- pi
 
-function makePi(typebox: () => Record<string, unknown>, logger: unknown): Record<string, unknown> {
+interface Libraries {
+  typebox: () => Record<string, unknown>;
+  zod: () => Record<string, unknown>;
+  arktype: () => Record<string, unknown>;
+  events: EventBus;
+}
+
+function makePi(libs: Libraries, logger: unknown): Record<string, unknown> {
+  const typebox = libs.typebox;
   return {
+    ...TUI_EXPORTS,
     ToolError,
+    events: libs.events,
+    get zod(): unknown {
+      return libs.zod();
+    },
+    get arktype(): unknown {
+      return libs.arktype();
+    },
     get Type(): unknown {
       return typebox().Type;
     },
@@ -420,7 +501,10 @@ export function makeApi(link: HostLink, opts: { typeboxDir: string }): WorkerApi
   const typebox = typeboxLoader(opts.typeboxDir);
   const pending = new PendingActions();
   const ui = makeUi(link);
-  const pi = makePi(typebox, log.logger);
+  const events = new EventBus();
+  const zod = libraryLoader(opts.typeboxDir, "zod", "pi.zod");
+  const arktype = libraryLoader(opts.typeboxDir, "arktype", "pi.arktype");
+  const pi = makePi({ typebox, zod, arktype, events }, log.logger);
   const api: Record<string, unknown> = {
     cwd: link.cwd,
     exec(command: string, args: readonly string[] = [], options?: ExecOptions): Promise<ExecResult> {
@@ -435,6 +519,13 @@ export function makeApi(link: HostLink, opts: { typeboxDir: string }): WorkerApi
       return typebox();
     },
     pi,
+    events,
+    get zod(): unknown {
+      return zod();
+    },
+    get arktype(): unknown {
+      return arktype();
+    },
     pushPendingAction(action: unknown): string {
       return pushPendingAction(link, pending, action);
     },

@@ -3,6 +3,7 @@
  * (every tool's onSession, in factory order), `render` (renderCall / renderResult,
  * which must give a string) and `pending/resolve` (a pending action's apply or reject).
  */
+import { renderedText } from "./tui.ts";
 import { type CallDeps, type Outcome, makeCtx } from "./calls.ts";
 import { Code, errorObject } from "./frames.ts";
 import type { LoadedTool } from "./loader.ts";
@@ -64,6 +65,7 @@ export async function handleRender(params: Record<string, any>, tools: Map<strin
   } catch (exc) {
     return { error: errorObject(Code.TOOL_ERROR, `${hookName} raised ${errorType(exc)}: ${errorMessage(exc)}`) };
   }
+  text = renderedText(text); // a TUI component (tui.ts) as its lines
   if (typeof text !== "string") {
     const got = text === null ? "null" : Array.isArray(text) ? "an array" : typeof text;
     return { error: errorObject(Code.TOOL_ERROR, `${hookName} returned ${got}, not a string`) };

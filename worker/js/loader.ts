@@ -8,6 +8,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { ignoredWarning, makeExtension } from "./extension.ts";
 import { Code, type ErrorObject, errorObject } from "./frames.ts";
+import { missingExportHint, zodToJsonSchema } from "./packages.ts";
 import { ContentError, ProcessExit, checkIcons, errorMessage, errorType, short, traceback } from "./results.ts";
 
 export interface LoadedTool {
@@ -113,6 +114,8 @@ function position(exc: unknown): string {
 
 function importHint(exc: unknown): string {
   const text = errorMessage(exc);
+  const standIn = missingExportHint(text);
+  if (standIn) return standIn;
   if (exc instanceof RangeError && /call stack/i.test(text)) {
     return " (the module may import itself or the agent's package by value: use `import type` for types)";
   }
@@ -241,6 +244,7 @@ function requires(value: unknown, tool: string): Record<string, string[]> {
  * never needs them (it validates arguments against the JSON Schema itself).
  */
 function objectSchema(value: unknown, tool: string, field: string): Record<string, unknown> {
+  value = jsonSchemaOf(value, tool, field);
   if (typeof value !== "object" || value === null || Array.isArray(value)) {
     throw new EntryError(
       `tool '${tool}': ${field} must be a JSON Schema object (e.g. pi.typebox.Type.Object({...})), got ${describe(value)}`,
@@ -261,6 +265,22 @@ function objectSchema(value: unknown, tool: string, field: string): Record<strin
     throw new EntryError(`tool '${tool}': the ${field} schema must describe an object, got type ${short(schema.type)}`);
   }
   return schema;
+}
+
+/** A zod 4 schema (`toJSONSchema` of its own module) or an arktype Type (`.toJsonSchema()`) as JSON Schema; anything else as is. */
+function jsonSchemaOf(value: unknown, tool: string, field: string): unknown {
+  const v = value as { _zod?: unknown; toJsonSchema?: () => unknown } | null;
+  try {
+    if (typeof v === "function" && typeof (v as any).toJsonSchema === "function") return (v as any).toJsonSchema();
+    if (v !== null && typeof v === "object" && v._zod !== undefined) {
+      const schema = zodToJsonSchema(v) as Record<string, unknown>;
+      delete schema.$schema;
+      return schema;
+    }
+  } catch (exc) {
+    throw new EntryError(`tool '${tool}': ${field} could not be converted to JSON Schema: ${errorMessage(exc)}`);
+  }
+  return value;
 }
 
 function annotations(value: unknown, tool: string): Record<string, unknown> {

@@ -30,6 +30,7 @@ import type { HostLink } from "./hostlink.ts";
 import { leadsGroup, lifeline, say } from "./lifeline.ts";
 import { type LoadedTool, WORKER_DIR, loadTools, toolRoot } from "./loader.ts";
 import { quoted } from "./methods.ts";
+import { registerPackages } from "./packages.ts";
 import { ProcessExit, errorMessage, errorType } from "./results.ts";
 import { handleRender, handleResolve, handleSession } from "./hooks.ts";
 import { setUndumpable } from "./undumpable.ts";
@@ -283,6 +284,7 @@ async function load(params: Record<string, any>): Promise<Outcome> {
   root = toolRoot(path);
   try {
     api = makeApi(link, { typeboxDir: init.typebox ?? "" });
+    registerPackages(api.api.pi as Record<string, unknown>, init.typebox ?? "");
   } catch (exc) {
     const message = `${path}: the worker's tool API could not be set up: ${errorType(exc)}: ${errorMessage(exc)}`;
     return { error: errorObject(Code.LOAD_ERROR, message, { traceback: exc instanceof Error ? exc.stack : undefined }) };
