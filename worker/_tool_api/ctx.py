@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from xcsh_run.worker._tool_api.host_link import HostLink
+from xcsh_run.worker._tool_api.session_manager import SessionManager, split_state
 from xcsh_run.worker.protocol import methods as m
 
 
@@ -25,10 +26,10 @@ class Ctx:
         ```
     """
 
-    __slots__ = ("_state", "_link", "_call_id")
+    __slots__ = ("_state", "_link", "_call_id", "_session")
 
     def __init__(self, state: dict[str, Any], link: HostLink | None = None, call_id: str | None = None) -> None:
-        self._state = state
+        self._state, self._session = split_state(state)
         self._link = link
         self._call_id = call_id
 
@@ -43,6 +44,13 @@ class Ctx:
         """
         if self._link is not None:
             self._link.notify(m.ABORT, m.AbortParams(call_id=self._call_id, reason=reason))
+
+    @property
+    def session_manager(self) -> SessionManager:
+        """The session's history, read-only: ``get_branch()``, ``get_entries()``, ``get_session_id()``..."""
+        return self._session
+
+    sessionManager = session_manager
 
     def __getitem__(self, key: str) -> Any:
         """``ctx[key]``: the value the host shared under ``key``; KeyError if none."""

@@ -7,6 +7,7 @@
  * it runs. On abort the answer is `cancelled` at once: a tool that ignores its
  * signal is left running, and the host kills the boundary after its grace period.
  */
+import { splitState } from "./session.ts";
 import { Code, type ErrorObject, errorObject } from "./frames.ts";
 import type { LoadedTool } from "./loader.ts";
 import {
@@ -67,8 +68,10 @@ export class Call {
 
 /** `ctx` for execute and onSession: the host's shared state (a snapshot, read-only) plus the original's methods. */
 export function makeCtx(state: Record<string, unknown>, callId: string | null, deps: CallDeps): Record<string, unknown> {
+  const [shared, sessionManager] = splitState(state);
   return Object.freeze({
-    ...state,
+    ...shared,
+    sessionManager,
     abort(reason: string = "aborted by the tool"): void {
       deps.notify("abort", { call_id: callId, reason: String(reason) });
     },
