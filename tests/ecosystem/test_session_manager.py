@@ -19,25 +19,26 @@ import trio
 
 from tests._support.faces import LEVELS, Answer, open_face
 from tests.conftest import FIXTURES
-from xcsh_run import SandboxPolicy, open_runner
+from xcsh_run import SandboxPolicy, ToolResult, open_runner
 
 HERE = FIXTURES / "ecosystem" / "sessions"
 TOOLS = {"ts": str(HERE / "todo.ts"), "py": str(HERE / "todo.py")}
 NEXT = {"ts": "nextId", "py": "next_id"}
 
 
-async def gone(pid: int) -> None:
-    """SIGKILL ``pid`` and wait (bounded by the caller's deadline) until its parent has reaped it."""
-    os.kill(pid, signal.SIGKILL)
-    while Path(f"/proc/{pid}").exists() and not _zombie_reaped(pid):
+async def reaped(pid: int) -> None:
+    """Wait until ``pid`` is gone and reaped by its parent (the runner or ``serve``), polling, bounded."""
+    for _ in range(3000):  # 60 s
+        if not Path(f"/proc/{pid}").exists():
+            return
         await trio.sleep(0.02)
+    raise AssertionError(f"worker {pid} still exists")
 
 
-def _zombie_reaped(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "X"
-    except OSError:
-        return True
+async def killed(pid: int) -> None:
+    """SIGKILL a worker from outside, as an OOM killer or a user would, and wait until it is reaped."""
+    os.kill(pid, signal.SIGKILL)
+    await reaped(pid)
 
 
 def texts(answers: list[Answer]) -> list[str]:
@@ -51,9 +52,9 @@ async def test_the_list_survives_a_killed_worker(face: str, level: str, lang: st
     with trio.fail_after(120):
         async with open_face(face, level, TOOLS[lang]) as f:
             first = await f.call("todo", {"action": "add", "text": "milk"})
-            await gone(first.details["pid"])
+            await killed(first.details["pid"])
             second = await f.call("todo", {"action": "add", "text": "eggs"})
-            await gone(second.details["pid"])
+            await killed(second.details["pid"])
             toggled = await f.call("todo", {"action": "toggle", "id": 1})
             listed = await f.call("todo", {"action": "list"})
     assert not any(a.is_error for a in (first, second, toggled, listed)), texts([first, second, toggled, listed])
@@ -83,7 +84,9 @@ async def test_sessions_are_kept_apart_and_a_host_supplies_its_own_history(lang:
             # A branch of "a" at its first entry, taken by the host, then the event tools rebuild in.
             runner.set_session_history("a2", runner.session_history("a")[:1])
             branched = await runner.call_tool("todo", {"action": "add", "text": "on the branch"}, session_id="a2")
-            warnings = await runner.emit_session_event({"reason": "branch", "previousSessionFile": None}, session_id="a")
+            warnings = await runner.emit_session_event(
+                {"reason": "branch", "previousSessionFile": None}, session_id="a"
+            )
             back = await runner.call_tool("todo", {"action": "list"}, session_id="a")
             history = runner.session_history("a2")
     assert not a.is_error and b.content[0]["text"] == "No todos"
@@ -100,8 +103,7 @@ async def test_a_reaped_worker_rebuilds_from_the_history() -> None:
     with trio.fail_after(120):
         async with open_runner([TOOLS["py"]], sandbox=SandboxPolicy(level="contained"), idle_timeout=0.2) as runner:
             first = await runner.call_tool("todo", {"action": "add", "text": "milk"})
-            while Path(f"/proc/{first.details['pid']}").exists() and not _zombie_reaped(first.details["pid"]):
-                await trio.sleep(0.05)  # the idle worker is reaped
+            await reaped(first.details["pid"])  # idle for longer than idle_timeout: reaped by the pool
             listed = await runner.call_tool("todo", {"action": "list"})
     assert listed.details["pid"] != first.details["pid"]
     assert listed.content[0]["text"] == "[ ] #1: milk"
@@ -112,20 +114,16 @@ def test_what_is_sent_is_capped_newest_kept() -> None:
 
     histories = SessionHistories("/w")
 
-    class Result:
-        content = [{"type": "text", "text": "x" * 100}]
-        details = {"n": 0}
-        is_error = False
+    def result(text: str, n: int) -> ToolResult:
+        return ToolResult(content=[{"type": "text", "text": text}], details={"n": n})
 
     for n in range(MAX_SENT_ENTRIES + 50):
-        Result.details = {"n": n}
-        histories.record("s", f"c{n}", "todo", Result)
+        histories.record("s", f"c{n}", "todo", result("x" * 100, n))
     view = histories.view("s")
     assert view["truncated"] is True and len(view["entries"]) == MAX_SENT_ENTRIES
     assert view["entries"][-1]["message"]["details"] == {"n": MAX_SENT_ENTRIES + 49}
-    Result.content = [{"type": "text", "text": "y" * (MAX_SENT_BYTES // 3)}]
     for n in range(5):
-        histories.record("big", f"c{n}", "todo", Result)
+        histories.record("big", f"c{n}", "todo", result("y" * (MAX_SENT_BYTES // 3), n))
     assert len(histories.view("big")["entries"]) == 2
     untruncated = histories.view("fresh")
     assert untruncated["entries"] == [] and untruncated["truncated"] is False

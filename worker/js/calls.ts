@@ -69,15 +69,17 @@ export class Call {
 /** `ctx` for execute and onSession: the host's shared state (a snapshot, read-only) plus the original's methods. */
 export function makeCtx(state: Record<string, unknown>, callId: string | null, deps: CallDeps): Record<string, unknown> {
   const [shared, sessionManager] = splitState(state);
-  return Object.freeze({
+  const ctx = {
     ...shared,
-    sessionManager,
     abort(reason: string = "aborted by the tool"): void {
       deps.notify("abort", { call_id: callId, reason: String(reason) });
     },
     isIdle: (): boolean => deps.currentCallId() === null,
     hasQueuedMessages: (): boolean => false,
-  });
+  };
+  // Not enumerable: the ctx's own keys stay the shared state, as Python's ctx.state.
+  Object.defineProperty(ctx, "sessionManager", { value: sessionManager, enumerable: false });
+  return Object.freeze(ctx);
 }
 
 /** A thrown value as the call's error outcome: `limit_exceeded` for a sandbox limit, else `tool_error` with evidence. */
