@@ -127,3 +127,31 @@ def test_what_is_sent_is_capped_newest_kept() -> None:
     assert len(histories.view("big")["entries"]) == 2
     untruncated = histories.view("fresh")
     assert untruncated["entries"] == [] and untruncated["truncated"] is False
+
+
+async def test_an_mcp_session_keeps_its_history_across_a_serve_reload(tmp_path: Path) -> None:
+    from mcp import types as mcp_types
+
+    from tests._support.mcp_clients import open_session
+
+    folder = tmp_path / "tools"
+    folder.mkdir()
+    source = Path(TOOLS["py"]).read_text()
+    (folder / "todo.py").write_text(source)
+    changed = trio.Event()
+
+    async def on_message(message: object) -> None:
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            changed.set()
+
+    with trio.fail_after(120):
+        async with open_session("stdio", str(folder), message_handler=on_message) as s:
+            first = await s.call_tool("todo", {"action": "add", "text": "milk"})
+            # A new description: the tool list changes, so the client hears of the reload.
+            (folder / "todo.py").write_text(source.replace("Manage a todo list.", "Manage a todo list, v2."))
+            await changed.wait()  # sent once the new runner serves
+            listed = await s.call_tool("todo", {"action": "list"})
+            tools = await s.list_tools()
+    assert [t.description for t in tools.tools if t.name == "todo"][0].startswith("Manage a todo list, v2.")
+    assert not first.is_error and not listed.is_error
+    assert [getattr(b, "text", "") for b in listed.content] == ["[ ] #1: milk"]

@@ -14,8 +14,11 @@ class Ctx:
 
     The state the host shares with tools (the embedding program's
     ``set_context``, merged with a call's own ``ctx``): read-only here, a
-    snapshot taken when the call started. And `abort`, to stop the whole
-    operation.
+    snapshot taken when the call started. `session_manager` (alias
+    ``sessionManager``, the original's name), the session's history as the host
+    recorded it: a tool rebuilds its state from its earlier results there, in
+    ``on_session`` (``start`` comes before the first call a new worker serves
+    for a session). And `abort`, to stop the whole operation.
 
     Example:
         ```python
@@ -47,7 +50,11 @@ class Ctx:
 
     @property
     def session_manager(self) -> SessionManager:
-        """The session's history, read-only: ``get_branch()``, ``get_entries()``, ``get_session_id()``..."""
+        """The session's history, read-only: ``get_branch()``, ``get_entries()``, ``get_session_id()``...
+
+        Empty (no entries, session ``default``) when the host sent none, as for
+        a tool's own unit tests that build a `ToolContext` by hand.
+        """
         return self._session
 
     sessionManager = session_manager
