@@ -32,7 +32,8 @@ another attribute than ``factory`` (``module:attr``, see `docs/architecture.md`)
 
 Type annotations: `ToolAPI` (``api``), `UI` (``api.ui``), `ToolContext`
 (``ctx``), `SessionManager` (``ctx.session_manager``), `AbortSignal`
-(``signal``) and `ExecResult` (what ``api.exec`` returns) are importable from here, for annotations and an IDE's completion.
+(``signal``) and `ExecResult` (what ``api.exec`` returns) are importable
+from here, for annotations and an IDE's completion.
 
 This module imports only the standard library and msgspec: it runs inside the
 worker, never in the host.

@@ -152,6 +152,6 @@ async def test_an_mcp_session_keeps_its_history_across_a_serve_reload(tmp_path: 
             await changed.wait()  # sent once the new runner serves
             listed = await s.call_tool("todo", {"action": "list"})
             tools = await s.list_tools()
-    assert [t.description for t in tools.tools if t.name == "todo"][0].startswith("Manage a todo list, v2.")
+    assert next(t.description for t in tools.tools if t.name == "todo").startswith("Manage a todo list, v2.")
     assert not first.is_error and not listed.is_error
     assert [getattr(b, "text", "") for b in listed.content] == ["[ ] #1: milk"]
