@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from xcsh_run.worker._tool_api import UI as UI
     from xcsh_run.worker._tool_api import Ctx as ToolContext
     from xcsh_run.worker._tool_api import ExecResult as ExecResult
+    from xcsh_run.worker._tool_api import SessionManager as SessionManager
     from xcsh_run.worker._tool_api import ToolAPI as ToolAPI
-    from xcsh_run.worker._tool_api.session_manager import SessionManager as SessionManager
 
 __all__ = [
     "AbortSignal",

@@ -56,8 +56,7 @@ from xcsh_run.worker._runtime.tool_module import (
 )
 from xcsh_run.worker._sandbox import explain as _explain
 from xcsh_run.worker._sandbox import withheld_env as _env
-from xcsh_run.worker._tool_api import Ctx, HostLink, ToolAPI, ToolCancelled, abort, log_handler
-from xcsh_run.worker._tool_api.session_manager import session_of
+from xcsh_run.worker._tool_api import Ctx, HostLink, ToolAPI, ToolCancelled, abort, log_handler, session_of
 from xcsh_run.worker.protocol import (
     MAX_NESTING,
     ConnectionClosed,
