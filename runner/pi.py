@@ -31,8 +31,9 @@ the first. A factory that raises (or a module that fails to import) is a
 another attribute than ``factory`` (``module:attr``, see `docs/architecture.md`).
 
 Type annotations: `ToolAPI` (``api``), `UI` (``api.ui``), `ToolContext`
-(``ctx``), `AbortSignal` (``signal``) and `ExecResult` (what ``api.exec``
-returns) are importable from here, for annotations and an IDE's completion.
+(``ctx``), `SessionManager` (``ctx.session_manager``), `AbortSignal`
+(``signal``) and `ExecResult` (what ``api.exec`` returns) are importable
+from here, for annotations and an IDE's completion.
 
 This module imports only the standard library and msgspec: it runs inside the
 worker, never in the host.
@@ -63,6 +64,7 @@ from xcsh_run.worker.pi import ToolResult as ToolResult
 if TYPE_CHECKING:
     from xcsh_run.worker.pi import UI as UI
     from xcsh_run.worker.pi import ExecResult as ExecResult
+    from xcsh_run.worker.pi import SessionManager as SessionManager
     from xcsh_run.worker.pi import ToolAPI as ToolAPI
     from xcsh_run.worker.pi import ToolContext as ToolContext
 
@@ -77,6 +79,7 @@ __all__ = [
     "Requires",
     "ResourceContents",
     "ResourceLink",
+    "SessionManager",
     "TextContent",
     "ToolAPI",
     "ToolAnnotations",

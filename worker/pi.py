@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from xcsh_run.worker._tool_api import UI as UI
     from xcsh_run.worker._tool_api import Ctx as ToolContext
     from xcsh_run.worker._tool_api import ExecResult as ExecResult
+    from xcsh_run.worker._tool_api import SessionManager as SessionManager
     from xcsh_run.worker._tool_api import ToolAPI as ToolAPI
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "Requires",
     "ResourceContents",
     "ResourceLink",
+    "SessionManager",
     "TextContent",
     "ToolAPI",
     "ToolAnnotations",
@@ -51,6 +53,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "UI": ("._tool_api.ui", "UI"),
     "ToolContext": ("._tool_api.ctx", "Ctx"),
     "ExecResult": ("._tool_api.exec", "ExecResult"),
+    "SessionManager": ("._tool_api.session_manager", "SessionManager"),
 }
 
 if not TYPE_CHECKING:
@@ -233,7 +236,9 @@ class CustomTool:
       result (``{"content": [...], "details": ...}``) to the caller, in order,
       before the final one.
     - ``ctx`` (`ToolContext`): the host's shared state (``ctx["model"]``,
-      ``ctx.get(key)``) and ``ctx.abort(reason)``.
+      ``ctx.get(key)``), ``ctx.abort(reason)`` and ``ctx.session_manager``
+      (`SessionManager`: the session's entries, this tool's earlier results
+      among them).
     - ``signal`` (`AbortSignal`): set when the call is cancelled or times out.
 
     It returns a `ToolResult`, a ``dict`` of that shape, or a ``str`` (one text

@@ -10,7 +10,7 @@ Runner's (``surface``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from xcsh_run._calls import UpdateCallback
@@ -139,11 +139,12 @@ class AsyncioRunner(RunnerSettings):
         ctx: Mapping[str, Any] | None = None,
         sandbox: SandboxPolicy | None = None,
         operation_id: str | None = None,
+        session_id: str | None = None,
     ) -> ToolResult:
         call_id = tool_call_id or f"aio-{next(ids)}"
         job = self._portal.submit_call(
             name, arguments, call_id, on_update=on_update, timeout=timeout, ctx=ctx, sandbox=sandbox,
-            operation_id=operation_id,
+            operation_id=operation_id, session_id=session_id,
         )  # fmt: skip
         return await self._await(job)
 
@@ -179,9 +180,19 @@ class AsyncioRunner(RunnerSettings):
         return self.blocking.pending_actions()
 
     @runner_doc
-    async def emit_session_event(self, event: Mapping[str, Any], *, timeout: float = 5.0) -> list[str]:
-        runner = self._portal.runner
-        return await self._await(self._portal.submit(lambda: runner.emit_session_event(event, timeout=timeout)))
+    async def emit_session_event(
+        self, event: Mapping[str, Any], *, timeout: float = 5.0, session_id: str | None = None
+    ) -> list[str]:
+        run = self._portal.runner.emit_session_event
+        return await self._await(self._portal.submit(lambda: run(event, timeout=timeout, session_id=session_id)))
+
+    @runner_doc
+    def set_session_history(self, session_id: str | None, entries: Iterable[Mapping[str, Any]]) -> None:
+        self.blocking.set_session_history(session_id, entries)
+
+    @runner_doc
+    def session_history(self, session_id: str | None = None) -> list[dict[str, Any]]:
+        return self.blocking.session_history(session_id)
 
     @runner_doc
     async def render_call(self, name: str, args: Any, theme: Any = None, *, timeout: float = 2.0) -> str:

@@ -10,7 +10,7 @@ docstring is the Runner's (``surface``).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import trio
@@ -135,13 +135,14 @@ class BlockingRunner(RunnerSettings):
         ctx: Mapping[str, Any] | None = None,
         sandbox: SandboxPolicy | None = None,
         operation_id: str | None = None,
+        session_id: str | None = None,
     ) -> ToolResult:
         self._check_thread()
         call_id = tool_call_id or f"sync-{next(ids)}"
         return self._wait(
             self.portal.submit_call(
                 name, arguments, call_id, on_update=on_update, timeout=timeout, ctx=ctx, sandbox=sandbox,
-                operation_id=operation_id,
+                operation_id=operation_id, session_id=session_id,
             )
         )  # fmt: skip
 
@@ -177,9 +178,20 @@ class BlockingRunner(RunnerSettings):
         return self._run_sync(self._runner.pending_actions)
 
     @runner_doc
-    def emit_session_event(self, event: Mapping[str, Any], *, timeout: float = 5.0) -> list[str]:
+    def emit_session_event(
+        self, event: Mapping[str, Any], *, timeout: float = 5.0, session_id: str | None = None
+    ) -> list[str]:
         self._check_thread()
-        return self._wait(self.portal.submit(lambda: self._runner.emit_session_event(event, timeout=timeout)))
+        run = self._runner.emit_session_event
+        return self._wait(self.portal.submit(lambda: run(event, timeout=timeout, session_id=session_id)))
+
+    @runner_doc
+    def set_session_history(self, session_id: str | None, entries: Iterable[Mapping[str, Any]]) -> None:
+        self._run_sync(self._runner.set_session_history, session_id, list(entries))
+
+    @runner_doc
+    def session_history(self, session_id: str | None = None) -> list[dict[str, Any]]:
+        return self._run_sync(self._runner.session_history, session_id)
 
     @runner_doc
     def render_call(self, name: str, args: Any, theme: Any = None, *, timeout: float = 2.0) -> str:

@@ -407,7 +407,9 @@ class HostBridge:
 
     # --- session events and renders -------------------------------------------------------------
 
-    async def emit_session_event(self, event: Mapping[str, Any], *, timeout: float) -> list[str]:
+    async def emit_session_event(
+        self, event: Mapping[str, Any], *, timeout: float, ctx: Mapping[str, Any] | None = None
+    ) -> list[str]:
         payload = validate_event(event)
         modules = {t.module for t in self._catalog.tools.values() if t.has_on_session}
         targets = [s for s in self._pool.slots() if s.worker.alive and s.module in modules]
@@ -417,7 +419,9 @@ class HostBridge:
             name = os.path.basename(slot.module)
             with trio.move_on_after(timeout) as scope:
                 try:
-                    result = await slot.worker.call(p.SESSION, p.SessionParams(event=payload, ctx=self.context))
+                    result = await slot.worker.call(
+                        p.SESSION, p.SessionParams(event=payload, ctx={**self.context, **(ctx or {})})
+                    )
                     warnings.extend(result.warnings)
                 except (RemoteError, WorkerDied, RemoteProtocolError, p.LocalProtocolError) as exc:
                     # LocalProtocolError: the event or the context is not JSON (or too big to send).

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -44,6 +45,7 @@ from xcsh_run._errors import ConfigError
 from xcsh_run._host import approval
 from xcsh_run._host.host_api import HostBridge, UIContext, log
 from xcsh_run._host.host_limits import HostLimits, host_limits, watch_host_limits
+from xcsh_run._host.session_history import DEFAULT_SESSION, WIRE_KEY, SessionHistories
 from xcsh_run._host.statistics import RunnerStatistics
 from xcsh_run._pool import Housekeeping, Loader, PoolRules, ProcessFactory, WorkerFactory, WorkerPool
 from xcsh_run._process import CgroupRoot, TeardownStats, sweep_stale_workdirs
@@ -105,6 +107,7 @@ class Runner(RunnerSettings):
         self._bridge = HostBridge(
             config, self._pool, self._catalog, self._loader, table, nursery=nursery, housekeeping=self._housekeeping
         )
+        self._histories = SessionHistories(str(config.cwd))
         process_factory.on_request = self._bridge.on_request
         process_factory.on_notification = self._bridge.on_notification
         self._calls = Calls(
@@ -193,6 +196,7 @@ class Runner(RunnerSettings):
         ctx: Mapping[str, Any] | None = None,
         sandbox: SandboxPolicy | None = None,
         operation_id: str | None = None,
+        session_id: str | None = None,
     ) -> ToolResult:
         """Run one tool call to its single terminal result.
 
@@ -211,6 +215,9 @@ class Runner(RunnerSettings):
             sandbox: this call's policy, instead of the tool's or the runner's.
             operation_id: groups calls into one operation: a tool's
                 ``ctx.abort()`` cancels every running call of its operation.
+            session_id: the session the call belongs to (``ctx.sessionManager``
+                shows its history, and the result is recorded there); the
+                runner's own ``"default"`` session if None.
 
         Returns:
             The result; ``is_error`` is True for every failure.
@@ -229,15 +236,23 @@ class Runner(RunnerSettings):
             return error_result(ErrorKind.INVALID_ARGUMENTS, message, path="$")
         if info.module == BUILTIN_MODULE:
             return await self._bridge.resolve(args)
+        session = session_id if session_id is not None else DEFAULT_SESSION
+        tool_call_id = tool_call_id if tool_call_id is not None else f"call-{uuid.uuid4().hex[:12]}"
+        # Asked before anything runs; the prompt is routed by the call's id.
+        refused = None
         if info.approval is not None:
-            tool_call_id = tool_call_id or f"call-{os.urandom(6).hex()}"  # the prompt is routed by it
-            if refused := await approval.gate(self._bridge, info, args, tool_call_id, approve=self.config.approve):
-                return refused
-        return await self._calls.call(
+            refused = await approval.gate(self._bridge, info, args, tool_call_id, approve=self.config.approve)
+        if refused is not None:
+            self._histories.record(session, tool_call_id, name, refused)
+            return refused
+        shared = {**self._bridge.context, **(ctx or {}), WIRE_KEY: self._histories.view(session)}
+        result = await self._calls.call(
             info, args, timeout=timeout, policy=sandbox if sandbox is not None else self.policy_for(name),
-            default_timeout=self.config.default_timeout, ctx={**self._bridge.context, **(ctx or {})},
+            default_timeout=self.config.default_timeout, ctx=shared,
             on_update=on_update, tool_call_id=tool_call_id, operation_id=operation_id,
         )  # fmt: skip
+        self._histories.record(session, tool_call_id, name, result)
+        return result
 
     # --- the host API ----------------------------------------------------------------------
 
@@ -274,13 +289,33 @@ class Runner(RunnerSettings):
         """Previews waiting for ``resolve``, newest last."""
         return [a.preview() for a in self._bridge.pending]
 
-    async def emit_session_event(self, event: Mapping[str, Any], *, timeout: float = 5.0) -> list[str]:
+    async def emit_session_event(
+        self, event: Mapping[str, Any], *, timeout: float = 5.0, session_id: str | None = None
+    ) -> list[str]:
         """Deliver a session event to every live worker with ``on_session`` tools.
 
         Waits at most ``timeout`` seconds; a hook that raises or takes longer
-        becomes a warning (returned, and logged), never an error.
+        becomes a warning (returned, and logged), never an error. The hooks'
+        ``ctx.sessionManager`` shows ``session_id``'s history (the runner's
+        ``"default"`` session if None): for ``switch``/``branch``/``tree``, call
+        :meth:`set_session_history` first with the branch now current.
         """
-        return await self._bridge.emit_session_event(event, timeout=timeout)
+        view = self._histories.view(session_id if session_id is not None else DEFAULT_SESSION)
+        return await self._bridge.emit_session_event(event, timeout=timeout, ctx={WIRE_KEY: view})
+
+    def set_session_history(self, session_id: str | None, entries: Iterable[Mapping[str, Any]]) -> None:
+        """Make ``entries`` (session entries in the original design's shape, oldest first) a session's history.
+
+        For a host that keeps its own conversation (a resumed session, a new
+        branch): tools see them through ``ctx.sessionManager`` from the next
+        call or session event on, and the calls made afterwards are appended.
+        ``None`` names the runner's ``"default"`` session.
+        """
+        self._histories.replace(session_id if session_id is not None else DEFAULT_SESSION, entries)
+
+    def session_history(self, session_id: str | None = None) -> list[dict[str, Any]]:
+        """A copy of a session's recorded entries, oldest first (``"default"`` if None)."""
+        return self._histories.entries(session_id if session_id is not None else DEFAULT_SESSION)
 
     async def render_call(self, name: str, args: Any, theme: Any = None, *, timeout: float = 2.0) -> str:
         """The tool's ``render_call(args, theme)``, run in its worker; the default rendering on any trouble."""

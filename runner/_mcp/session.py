@@ -67,12 +67,14 @@ import functools
 import itertools
 import logging
 import math
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import trio
 
 from xcsh_run._discovery import ToolInfo
+from xcsh_run._host import Runner
 from xcsh_run._mcp.elicit import Answer, Asker, can_elicit, can_sample, is_answer
 from xcsh_run._mcp.line_transport import RequestId, error_line, valid_id
 from xcsh_run._mcp.log_records import DEFAULT_LEVEL, parse_level
@@ -158,6 +160,10 @@ class McpSession:
         self.can_elicit: bool | None = None  # whether its client takes prompts; None until initialize
         self.can_sample = False  # whether its client offers sampling (api.sample)
         self._asker = Asker(self._conn)  # the prompts sent to its client, waiting for their answers
+        # The runner's record of this session's calls (ctx.sessionManager); carried
+        # over to the next generation's runner when `serve` reloads the tools.
+        self.session_id = f"mcp-{uuid.uuid4().hex[:12]}"
+        self._history_runner: Runner | None = None
         server.sessions.add(self)
 
     @property
@@ -478,6 +484,11 @@ class McpSession:
             return render_result(error_result(ErrorKind.LOAD_ERROR, message), self._version)
         call_id = f"mcp-{next(_call_numbers)}"
         request.runner, request.call_id = generation.runner, call_id
+        if self._history_runner is not generation.runner:
+            if self._history_runner is not None:
+                kept = self._history_runner.session_history(self.session_id)
+                generation.runner.set_session_history(self.session_id, kept)
+            self._history_runner = generation.runner
         with generation.in_use():
             async with trio.open_nursery() as nursery:
                 send = functools.partial(self.notify_for, request, PROGRESS)
@@ -492,6 +503,7 @@ class McpSession:
                         on_update=progress.update if progress is not None else None,
                         timeout=self._server.timeout,
                         tool_call_id=call_id,
+                        session_id=self.session_id,
                     )
                 finally:
                     # The pump flushes the last partial, then the nursery lets

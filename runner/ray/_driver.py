@@ -151,6 +151,7 @@ class RayRunner:
         ctx: Mapping[str, Any] | None = None,
         sandbox: SandboxPolicy | None = None,
         operation_id: str | None = None,
+        session_id: str | None = None,
     ) -> ToolResult:
         if self._closed:
             raise ConfigError("this Ray runner is closed; open a new one with open_ray_runner()")
@@ -162,7 +163,13 @@ class RayRunner:
         node = self._pick()
         if node is None:
             return _no_node(self._nodes)
-        options: dict[str, Any] = {"timeout": timeout, "ctx": ctx, "sandbox": sandbox, "operation_id": operation_id}
+        options: dict[str, Any] = {
+            "timeout": timeout,
+            "ctx": ctx,
+            "sandbox": sandbox,
+            "operation_id": operation_id,
+            "session_id": session_id,
+        }
         ref = node.handle.call.remote(name, dict(arguments) if arguments is not None else None, call_id, options)
         flight = _Flight(node, ref)
         self._flights[call_id] = flight

@@ -34,6 +34,7 @@ def test_authoring_exports() -> None:
         "Requires",
         "ResourceContents",
         "ResourceLink",
+        "SessionManager",
         "TextContent",
         "ToolAPI",
         "ToolAnnotations",

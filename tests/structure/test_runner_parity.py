@@ -39,7 +39,16 @@ NOT_ON_RAY: dict[str, str] = {
     ),
     "load": "each node loads when the runner opens",
     **dict.fromkeys(
-        ("context", "set_context", "set_ui_context", "pending_actions", "emit_session_event", "set_log_listener"),
+        (
+            "context",
+            "set_context",
+            "set_ui_context",
+            "pending_actions",
+            "emit_session_event",
+            "set_log_listener",
+            "set_session_history",
+            "session_history",
+        ),
         "the host API stays on each node: ctx crosses per call (call_tool's ctx=), the nodes' tools have no UI",
     ),
     **dict.fromkeys(("render_call", "render_result"), "renders are for a UI beside the runner: the driver has none"),

@@ -57,7 +57,7 @@ from xcsh_run.worker._runtime.tool_module import (
 )
 from xcsh_run.worker._sandbox import explain as _explain
 from xcsh_run.worker._sandbox import withheld_env as _env
-from xcsh_run.worker._tool_api import Ctx, HostLink, ToolAPI, ToolCancelled, abort, log_handler
+from xcsh_run.worker._tool_api import Ctx, HostLink, ToolAPI, ToolCancelled, abort, log_handler, session_of
 from xcsh_run.worker.protocol import (
     MAX_NESTING,
     ConnectionClosed,
@@ -84,6 +84,7 @@ EXIT_HOST_GONE = 4
 
 class Worker:
     def __init__(self, channel: Channel, init: m.InitializeParams, kill_fd: int = -1) -> None:
+        self.session: str | None = None
         self.channel = channel
         self.init = init
         self.kill_fd = kill_fd  # the boundary's cgroup.kill, opened before the sandbox closed the path
@@ -178,6 +179,7 @@ class Worker:
             inbox.lend()
             method = req.method
             if method is m.CALL:
+                self.start_session(req.params)
                 outcome = self.handle_call(req.params)
             elif method is m.LOAD:
                 outcome = self.handle_load(req.params)
@@ -204,8 +206,22 @@ class Worker:
             except OSError:  # fd_out broken: the host is gone, and nobody is reading fd_in to see it
                 self.host_gone()
 
+    def start_session(self, params: m.CallParams) -> None:
+        # A worker that is new, or that served another session last, rebuilds
+        # tools' state: ``on_session`` with ``start`` before the call.
+        session = session_of(params.ctx)
+        if session is None or session == self.session:
+            return
+        self.session = session
+        result = self.handle_session(
+            m.SessionParams(event={"reason": "start", "previousSessionFile": None}, ctx=params.ctx)
+        )
+        for warning in result.warnings if isinstance(result, m.SessionResult) else ():
+            print(f"xcsh-run: {warning}", file=sys.stderr, flush=True)
+
     def handle_session(self, params: m.SessionParams) -> Outcome:
         warnings: list[str] = []
+        self.session = session_of(params.ctx) or self.session
         ctx = Ctx(params.ctx, self.link)
         for name, loaded in self.tools.items():
             hook = loaded.tool.on_session

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from xcsh_run.worker._tool_api.ctx import Ctx as Ctx
     from xcsh_run.worker._tool_api.exec import ExecResult as ExecResult
     from xcsh_run.worker._tool_api.host_link import HostLink as HostLink
+    from xcsh_run.worker._tool_api.session_manager import SessionManager as SessionManager
+    from xcsh_run.worker._tool_api.session_manager import session_of as session_of
     from xcsh_run.worker._tool_api.ui import UI as UI
 
 __all__ = [
@@ -25,11 +27,13 @@ __all__ = [
     "Ctx",
     "ExecResult",
     "HostLink",
+    "SessionManager",
     "ToolAPI",
     "ToolCancelled",
     "UI",
     "abort",
     "log_handler",
+    "session_of",
 ]
 
 # Each name is imported from its module on first use (PEP 562): importing one module of this
@@ -39,11 +43,13 @@ _HOMES: dict[str, str] = {
     "Ctx": "ctx",
     "ExecResult": "exec",
     "HostLink": "host_link",
+    "SessionManager": "session_manager",
     "ToolAPI": "api",
     "ToolCancelled": "abort_signal",
     "UI": "ui",
     "abort": "abort_signal",
     "log_handler": "api",
+    "session_of": "session_manager",
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from xcsh_run.worker._tool_api.host_link import HostLink
+from xcsh_run.worker._tool_api.session_manager import SessionManager, split_state
 from xcsh_run.worker.protocol import methods as m
 
 
@@ -13,8 +14,11 @@ class Ctx:
 
     The state the host shares with tools (the embedding program's
     ``set_context``, merged with a call's own ``ctx``): read-only here, a
-    snapshot taken when the call started. And `abort`, to stop the whole
-    operation.
+    snapshot taken when the call started. `session_manager` (alias
+    ``sessionManager``, the original's name), the session's history as the host
+    recorded it: a tool rebuilds its state from its earlier results there, in
+    ``on_session`` (``start`` comes before the first call a new worker serves
+    for a session). And `abort`, to stop the whole operation.
 
     Example:
         ```python
@@ -25,10 +29,10 @@ class Ctx:
         ```
     """
 
-    __slots__ = ("_state", "_link", "_call_id")
+    __slots__ = ("_state", "_link", "_call_id", "_session")
 
     def __init__(self, state: dict[str, Any], link: HostLink | None = None, call_id: str | None = None) -> None:
-        self._state = state
+        self._state, self._session = split_state(state)
         self._link = link
         self._call_id = call_id
 
@@ -43,6 +47,17 @@ class Ctx:
         """
         if self._link is not None:
             self._link.notify(m.ABORT, m.AbortParams(call_id=self._call_id, reason=reason))
+
+    @property
+    def session_manager(self) -> SessionManager:
+        """The session's history, read-only: ``get_branch()``, ``get_entries()``, ``get_session_id()``...
+
+        Empty (no entries, session ``default``) when the host sent none, as for
+        a tool's own unit tests that build a `ToolContext` by hand.
+        """
+        return self._session
+
+    sessionManager = session_manager
 
     def __getitem__(self, key: str) -> Any:
         """``ctx[key]``: the value the host shared under ``key``; KeyError if none."""

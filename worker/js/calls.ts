@@ -8,6 +8,7 @@
  * signal is left running, and the host kills the boundary after its grace period.
  */
 import { isExtensionTool } from "./extension.ts";
+import { splitState } from "./session.ts";
 import { Code, type ErrorObject, errorObject } from "./frames.ts";
 import type { LoadedTool } from "./loader.ts";
 import {
@@ -68,14 +69,18 @@ export class Call {
 
 /** `ctx` for execute and onSession: the host's shared state (a snapshot, read-only) plus the original's methods. */
 export function makeCtx(state: Record<string, unknown>, callId: string | null, deps: CallDeps): Record<string, unknown> {
-  return Object.freeze({
-    ...state,
+  const [shared, sessionManager] = splitState(state);
+  const ctx = {
+    ...shared,
     abort(reason: string = "aborted by the tool"): void {
       deps.notify("abort", { call_id: callId, reason: String(reason) });
     },
     isIdle: (): boolean => deps.currentCallId() === null,
     hasQueuedMessages: (): boolean => false,
-  });
+  };
+  // Not enumerable: the ctx's own keys stay the shared state, as Python's ctx.state.
+  Object.defineProperty(ctx, "sessionManager", { value: sessionManager, enumerable: false });
+  return Object.freeze(ctx);
 }
 
 /** A thrown value as the call's error outcome: `limit_exceeded` for a sandbox limit, else `tool_error` with evidence. */

@@ -33,6 +33,7 @@ import { quoted } from "./methods.ts";
 import { registerPackages } from "./packages.ts";
 import { ProcessExit, errorMessage, errorType } from "./results.ts";
 import { handleRender, handleResolve, handleSession } from "./hooks.ts";
+import { sessionOf } from "./session.ts";
 import { setUndumpable } from "./undumpable.ts";
 
 // Bun's process.exit ends in process.reallyExit: both are trapped for tool code
@@ -251,13 +252,26 @@ async function pump(): Promise<void> {
   }
 }
 
+let lastSession: string | null = null;
+
+/** onSession({reason: "start"}) before a call of a session this worker did not serve last (session.ts, rule 4). */
+async function startSession(params: Record<string, any>): Promise<void> {
+  const session = sessionOf(params.ctx);
+  if (session === null || session === lastSession) return;
+  lastSession = session;
+  const outcome = await handleSession({ event: { reason: "start", previousSessionFile: null }, ctx: params.ctx }, tools, deps);
+  for (const warning of (outcome as any).result?.warnings ?? []) process.stderr.write(`xcsh-run: ${warning}\n`);
+}
+
 async function serve(method: string, params: Record<string, any>): Promise<Outcome> {
   switch (method) {
     case "load":
       return load(params);
     case "call":
+      await startSession(params);
       return call(params);
     case "session":
+      lastSession = sessionOf(params.ctx) ?? lastSession;
       return handleSession(params, tools, deps);
     case "render":
       return handleRender(params, tools, uiTheme());
