@@ -21,6 +21,11 @@ Rules:
    A worker that cannot answer the question (its hook raised, it hung for
    :data:`QUESTION_TIMEOUT`) is a refusal too: nothing the host could show would
    be the tool's own account of the call.
+6. Bounded: a prompt nobody answers within :data:`PROMPT_TIMEOUT` is a
+   refusal, so an embedding UI whose ``confirm`` never returns cannot hold the
+   call forever. The call does not exist yet while it is asked (nothing runs
+   before the answer), so ``Runner.cancel(call_id)`` does not reach the
+   prompt; cancelling the task that made the call does.
 """
 
 from __future__ import annotations
@@ -29,11 +34,14 @@ import json
 import logging
 from typing import Any, Final
 
+import trio
+
 from xcsh_run._discovery import ToolInfo
 from xcsh_run._host.host_api import HostBridge, call_ui, ui_call
 from xcsh_run._results import ErrorKind, ToolResult, error_result
 
 QUESTION_TIMEOUT: Final = 5.0
+PROMPT_TIMEOUT: Final = 600.0  # as long as an MCP elicitation may wait for its user
 log: Final = logging.getLogger("xcsh_run")
 
 
@@ -56,13 +64,17 @@ async def gate(bridge: HostBridge, info: ToolInfo, args: Any, call_id: str, *, a
     if not bridge.has_ui:
         return _denied(info, f"there is no UI to ask ({tier})")
     token = ui_call.set(call_id)
+    answer: Any = False
     try:
-        answer = await call_ui(bridge.ui, "confirm", [title, message])
+        with trio.move_on_after(PROMPT_TIMEOUT) as scope:
+            answer = await call_ui(bridge.ui, "confirm", [title, message])
     except Exception as exc:
         log.warning("approval prompt for %s raised %r; refused", info.name, exc)
         answer = False
     finally:
         ui_call.reset(token)
+    if scope.cancelled_caught:
+        return _denied(info, f"nobody answered the prompt within {PROMPT_TIMEOUT:g} s")
     if answer is True:
         return None
     return _denied(info, f"the {tier} call was not approved")

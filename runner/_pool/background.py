@@ -38,6 +38,7 @@ log: Final = logging.getLogger("xcsh_run")
 _COMMAND_CHARS: Final = 200
 _NAME_TRIES: Final = 20
 _NAME_PAUSE: Final = 0.005
+_KILL_WAIT: Final = 0.5  # seconds for SIGKILLed processes to exit: the kernel takes microseconds
 
 
 def command_of(pid: int) -> str:
@@ -71,17 +72,29 @@ async def _named(procs: list[BackgroundProcess]) -> list[BackgroundProcess]:
     return procs
 
 
-def kill_each(pids: list[int]) -> None:
-    """SIGKILL each pid through a pidfd (race-free against pid reuse); ones already gone are skipped."""
-    for pid in pids:
-        try:
-            fd = os.pidfd_open(pid)
-        except OSError:
-            continue
-        try:
+async def kill_each(pids: list[int]) -> None:
+    """SIGKILL each pid through a pidfd (race-free against pid reuse) and wait, briefly, until each has exited.
+
+    The wait matters: the pool reads the boundary's members right after, and a
+    killed process that has not exited yet would still count as a leftover and
+    retire the worker, ending the processes another call was promised (rule 2).
+    A pidfd turns readable when its process exits; ones already gone are skipped.
+    """
+    fds: list[int] = []
+    try:
+        for pid in pids:
+            try:
+                fd = os.pidfd_open(pid)
+            except OSError:
+                continue
+            fds.append(fd)
             with contextlib.suppress(ProcessLookupError):
                 signal.pidfd_send_signal(fd, signal.SIGKILL)
-        finally:
+        with trio.move_on_after(_KILL_WAIT):
+            for fd in fds:
+                await trio.lowlevel.wait_readable(fd)
+    finally:
+        for fd in fds:
             os.close(fd)
 
 
@@ -126,5 +139,5 @@ async def settle_leftovers(slot: Slot, tool: str, keeps_processes: bool, result:
         return kept(result, tool, procs)
     if slot.background:
         # The kept ones stay: only what this call left goes (the pool would retire the whole worker).
-        kill_each([p.pid for p in procs])
+        await kill_each([p.pid for p in procs])
     return killed(result, tool, procs)

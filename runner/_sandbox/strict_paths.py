@@ -195,15 +195,17 @@ def tool_node_modules(module: str, root: str) -> list[str]:
     """The ``node_modules`` folders a JavaScript tool resolves its packages from, read-only at ``strict``.
 
     From the tool's folder (the module's, or the package folder itself) up to the
-    project ``root`` inclusive, as Bun's resolver walks; none for a tool outside
-    the project, whose parents strict never opens. Each folder must pass
-    :func:`project_folder`, so a home's node_modules is never granted this way.
+    project ``root`` inclusive, as Bun's resolver walks. For a tool outside the
+    project (a user folder such as ``~/.pi/agent/tools/NAME``), only the one in
+    its own folder: strict never opens the parents of such a tool. Each folder
+    must pass :func:`project_folder`, so a home's node_modules is never granted.
     """
     real_root = os.path.realpath(root)
     start = os.path.realpath(module)
     folder = start if os.path.isdir(start) else os.path.dirname(start)
     if folder != real_root and not folder.startswith(real_root.rstrip("/") + "/"):
-        return []
+        own = os.path.join(folder, "node_modules")
+        return [own] if os.path.isdir(own) and project_folder(folder) else []
     found: list[str] = []
     while True:
         candidate = os.path.join(folder, "node_modules")

@@ -114,3 +114,17 @@ async def test_a_tool_uses_its_own_node_modules_from_a_parent_folder(
         async with open_face(face, level, str(tool), cwd=str(project)) as f:
             answer = await f.call("loud", {"word": "hey"})
     assert (answer.is_error, answer.text) == (False, "HEY!"), answer
+
+
+def test_a_tool_outside_the_project_reads_only_its_own_node_modules(tmp_path: Path) -> None:
+    from xcsh_run._sandbox import tool_node_modules
+
+    project, user = tmp_path / "project", tmp_path / "user" / "tools"
+    for folder in (project, user / "greet" / "node_modules", user / "node_modules", project / "node_modules"):
+        folder.mkdir(parents=True, exist_ok=True)
+    (user / "greet" / "index.ts").write_text("export default () => []\n")
+    inside = project / "tool.ts"
+    inside.write_text("export default () => []\n")
+    assert tool_node_modules(str(user / "greet"), str(project)) == [str(user / "greet" / "node_modules")]
+    assert tool_node_modules(str(user / "greet" / "index.ts"), str(project)) == [str(user / "greet" / "node_modules")]
+    assert tool_node_modules(str(inside), str(project)) == [str(project / "node_modules")]

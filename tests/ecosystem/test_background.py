@@ -143,3 +143,20 @@ async def test_a_call_killed_for_its_timeout_ends_the_kept_helper_of_its_worker(
             _assert_gone(pid, marker)  # the worker's tree went, the runner still open
             again = await runner.call_tool("watcher", {"action": "ping", "marker": "x"})
             assert again.is_error and "did not answer" in again.text
+
+
+@pytest.mark.parametrize("level", LEVELS)
+async def test_a_stray_left_beside_kept_processes_is_killed_alone(level: str) -> None:
+    kept_marker, stray_marker = f"bg-{uuid.uuid4().hex}", f"bg-{uuid.uuid4().hex}"
+    with trio.fail_after(120):
+        async with open_runner([str(TOOLS["py"])], sandbox=SandboxPolicy(level=level)) as runner:
+            started = await runner.call_tool("watcher", _start_args(kept_marker))
+            kept_pid = started.details["pid"]
+            # The same module, so the same warm worker: it already holds a kept helper.
+            stray = await runner.call_tool("stray_watcher", _start_args(stray_marker))
+            assert f"[process {stray.details['pid']} left running was killed" in stray.content[-1]["text"]
+            _assert_gone(stray.details["pid"], stray_marker)
+            pinged = await runner.call_tool("watcher", {"action": "ping", "marker": "still"})
+            assert (pinged.is_error, pinged.content[0]["text"]) == (False, f"still from {kept_pid}"), pinged
+            assert _live(kept_pid, kept_marker)
+        _assert_gone(kept_pid, kept_marker)

@@ -110,7 +110,7 @@ async def test_a_reaped_worker_rebuilds_from_the_history() -> None:
 
 
 def test_what_is_sent_is_capped_newest_kept() -> None:
-    from xcsh_run._host.session_history import MAX_SENT_BYTES, MAX_SENT_ENTRIES, SessionHistories
+    from xcsh_run._host.session_history import MAX_ENTRY_BYTES, MAX_SENT_BYTES, MAX_SENT_ENTRIES, SessionHistories
 
     histories = SessionHistories("/w")
 
@@ -122,11 +122,36 @@ def test_what_is_sent_is_capped_newest_kept() -> None:
     view = histories.view("s")
     assert view["truncated"] is True and len(view["entries"]) == MAX_SENT_ENTRIES
     assert view["entries"][-1]["message"]["details"] == {"n": MAX_SENT_ENTRIES + 49}
-    for n in range(5):
-        histories.record("big", f"c{n}", "todo", result("y" * (MAX_SENT_BYTES // 3), n))
-    assert len(histories.view("big")["entries"]) == 2
+    for n in range(12):  # each about half the largest entry kept whole: 8 of them fill what is sent
+        histories.record("mid", f"c{n}", "todo", result("y" * (MAX_ENTRY_BYTES // 2), n))
+    mid = histories.view("mid")
+    assert mid["truncated"] and len(mid["entries"]) == MAX_SENT_BYTES // (MAX_ENTRY_BYTES // 2) - 1
+    assert mid["entries"][-1]["message"]["details"] == {"n": 11}
     untruncated = histories.view("fresh")
     assert untruncated["entries"] == [] and untruncated["truncated"] is False
+
+
+def test_a_huge_result_is_kept_as_a_stub_and_hides_nothing_before_it() -> None:
+    from xcsh_run._host.session_history import MAX_ENTRY_BYTES, MAX_KEPT_BYTES, SessionHistories
+
+    histories = SessionHistories("/w")
+    small = ToolResult(content=[{"type": "text", "text": "ok"}], details={"n": 0})
+    huge = ToolResult(content=[{"type": "text", "text": "z" * (8 * MAX_ENTRY_BYTES)}], details={"n": 1})
+    histories.record("s", "c0", "todo", small)
+    histories.record("s", "c1", "todo", huge)
+    sent = histories.view("s")["entries"]
+    assert [e["message"]["details"] for e in sent] == [{"n": 0}, {"n": 1}]  # the state survives the stub
+    assert "not kept" in sent[1]["message"]["content"][0]["text"]
+    assert sent[1]["parentId"] == sent[0]["id"]
+    kept = histories.entries("s")
+    assert all(len(str(e)) < 2 * MAX_ENTRY_BYTES for e in kept)
+    for n in range(2, 400):  # about 60 KiB each: far more than the session may keep
+        histories.record(
+            "s", f"c{n}", "todo", ToolResult(content=[{"type": "text", "text": "w" * 60_000}], details={"n": n})
+        )
+    kept = histories.entries("s")
+    assert sum(len(str(e)) for e in kept) <= MAX_KEPT_BYTES * 1.1
+    assert kept[-1]["message"]["details"] == {"n": 399}
 
 
 async def test_an_mcp_session_keeps_its_history_across_a_serve_reload(tmp_path: Path) -> None:

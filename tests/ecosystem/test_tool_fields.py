@@ -224,3 +224,17 @@ async def test_serve_logs_the_unused_fields(project: Path) -> None:
     assert (found.is_error, found.text) == (False, "a copy of a process")
     log = (project / "serve.log").read_text()
     assert log.count("sets strict, loadMode, mcpServerName, mcpToolName, which xcsh-run does not use") == 1, log
+
+
+@pytest.mark.parametrize("level", LEVELS)
+async def test_a_read_tier_with_a_prompt_policy_still_asks(level: str) -> None:
+    no, yes = ScriptedUI(False), ScriptedUI(True)
+    with trio.fail_after(DEADLINE):
+        async with open_face("embed", level, str(FIELDS / "prompted.ts")) as f:
+            f._runner.set_ui_context(no)
+            refused = await f.call("peek", {"what": "notes"})
+            f._runner.set_ui_context(yes)
+            approved = await f.call("peek", {"what": "notes"})
+    assert refused.is_error and refused.text.startswith("approval denied"), refused
+    assert no.asked == [("Allow Peek (read)?", "reads private notes")]
+    assert (approved.is_error, approved.text) == (False, "peeked at notes")

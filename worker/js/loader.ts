@@ -186,7 +186,10 @@ export function describeTool(entry: unknown): LoadedTool {
     }
   }
   if (tool.approval != null) {
-    const tier = typeof tool.approval === "function" ? "dynamic" : typeof tool.approval === "object" ? tool.approval.tier : tool.approval;
+    // An object with a policy (`{tier, policy: "prompt"}`) is decided in the worker, as a function is:
+    // the host must not skip the question for a `read` tier that still asks.
+    const object = typeof tool.approval === "object";
+    const tier = typeof tool.approval === "function" || (object && tool.approval.policy != null) ? "dynamic" : object ? tool.approval.tier : tool.approval;
     if (!["read", "write", "exec", "dynamic"].includes(tier)) fail(`approval must be "read", "write", "exec" or a function of the arguments, got ${short(tool.approval)}`);
     description.approval = tier;
   }
