@@ -63,6 +63,7 @@ from xcsh_run.worker.pi import ToolResult as ToolResult
 
 if TYPE_CHECKING:
     from xcsh_run.worker.pi import UI as UI
+    from xcsh_run.worker.pi import EventBus as EventBus
     from xcsh_run.worker.pi import ExecResult as ExecResult
     from xcsh_run.worker.pi import SessionManager as SessionManager
     from xcsh_run.worker.pi import ToolAPI as ToolAPI
@@ -73,6 +74,7 @@ __all__ = [
     "AudioContent",
     "CustomTool",
     "EmbeddedResource",
+    "EventBus",
     "ExecResult",
     "Icon",
     "ImageContent",

@@ -17,6 +17,7 @@ from xcsh_run.worker.protocol import Requires
 if TYPE_CHECKING:
     from xcsh_run.worker._tool_api import UI as UI
     from xcsh_run.worker._tool_api import Ctx as ToolContext
+    from xcsh_run.worker._tool_api import EventBus as EventBus
     from xcsh_run.worker._tool_api import ExecResult as ExecResult
     from xcsh_run.worker._tool_api import SessionManager as SessionManager
     from xcsh_run.worker._tool_api import ToolAPI as ToolAPI
@@ -26,6 +27,7 @@ __all__ = [
     "AudioContent",
     "CustomTool",
     "EmbeddedResource",
+    "EventBus",
     "ExecResult",
     "Icon",
     "ImageContent",
@@ -53,6 +55,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "UI": ("._tool_api.ui", "UI"),
     "ToolContext": ("._tool_api.ctx", "Ctx"),
     "ExecResult": ("._tool_api.exec", "ExecResult"),
+    "EventBus": ("._tool_api.events", "EventBus"),
     "SessionManager": ("._tool_api.session_manager", "SessionManager"),
 }
 

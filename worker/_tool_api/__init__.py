@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from xcsh_run.worker._tool_api.api import ToolAPI as ToolAPI
     from xcsh_run.worker._tool_api.api import log_handler as log_handler
     from xcsh_run.worker._tool_api.ctx import Ctx as Ctx
+    from xcsh_run.worker._tool_api.events import EventBus as EventBus
     from xcsh_run.worker._tool_api.exec import ExecResult as ExecResult
     from xcsh_run.worker._tool_api.host_link import HostLink as HostLink
     from xcsh_run.worker._tool_api.session_manager import SessionManager as SessionManager
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AbortSignal",
     "Ctx",
+    "EventBus",
     "ExecResult",
     "HostLink",
     "SessionManager",

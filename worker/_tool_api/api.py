@@ -19,6 +19,7 @@ from typing import Any, Final
 import msgspec
 
 from xcsh_run.worker._tool_api.abort_signal import AbortSignal
+from xcsh_run.worker._tool_api.events import EventBus
 from xcsh_run.worker._tool_api.exec import ExecResult, exec_async, exec_sync
 from xcsh_run.worker._tool_api.host_link import HostLink
 from xcsh_run.worker._tool_api.ui import UI, loop_running, ready
@@ -141,6 +142,8 @@ class ToolAPI:
         self.logger.propagate = False  # to the host only, never to the tool's stderr
         self._log_handler = _HostLogHandler(self)
         self.logger.addHandler(self._log_handler)
+        self.events = EventBus()
+        """The event bus shared by this worker's tools (``on(name, handler)``, ``emit(name, data)``): ``pi.events``."""
 
     def sample(
         self,
