@@ -42,12 +42,13 @@ HANG = {"text": "0", "repeat": -1}
 
 
 def _found(report: FuzzReport) -> list[tuple[str, str, str]]:
-    # A timeout before any worker was ready is this shared machine's load, not the
-    # tool (the judge keeps it apart from the planted hang): it may come and go.
+    # A timeout before any worker was ready, and one the judge marks flaky (it did
+    # not happen again when retried), is this shared machine's load, not the tool:
+    # it may come and go, in one shard and not in the local run.
     return sorted(
         (f.property, f.problem, json.dumps(f.arguments, sort_keys=True))
-        for f in report.failures
-        if f.arguments and "before its worker was ready" not in f.message
+        for f in _steady(report)
+        if f.arguments
     )
 
 
