@@ -39,6 +39,7 @@ def max_overlap(spans: dict[str, tuple[int, int]]) -> int:
 
 async def test_calls_run_in_parallel_up_to_the_bound_then_queue_in_order(tmp_path: Path) -> None:
     log = tmp_path / "log"
+    go = tmp_path / "go"
     queued = []
     running = 0
     two_running = trio.Event()
@@ -54,12 +55,13 @@ async def test_calls_run_in_parallel_up_to_the_bound_then_queue_in_order(tmp_pat
             for i in range(5):
                 nursery.start_soon(
                     lambda i=i: runner.call_tool(
-                        "work", {"log": str(log), "seconds": 0.4}, tool_call_id=f"c{i}", on_update=started
+                        "work", {"log": str(log), "until": str(go)}, tool_call_id=f"c{i}", on_update=started
                     )
                 )
                 await trio.lowlevel.checkpoint()  # let each call queue before the next one starts
             await two_running.wait()
             queued.append(runner.statistics().queued_calls)
+            go.touch()  # the two running calls end only now: three are still queued above
     spans = intervals(log)
     assert max_overlap(spans) == 2
     assert queued == [3]
