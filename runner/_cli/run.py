@@ -14,12 +14,14 @@ and fuzz, in ``commands``; new, doctor and install-bun, in a module each.
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import sys
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
+from xcsh_run import _startup
 from xcsh_run._cli.app import app
 from xcsh_run._cli.app import run_main as _run
 from xcsh_run._cli.complete import complete_tool
@@ -310,6 +312,10 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _main(argv: list[str]) -> None:
+    # The CLI is the application: a host warning that none of its handlers takes (no log
+    # file could be opened, a command that keeps none) reaches stderr through logging's
+    # last resort, which the library's own handler would otherwise silence.
+    logging.getLogger("xcsh_run").removeHandler(_startup.QUIET)
     show_builds_on_stderr()  # a tool's first run may build its environment: say so while it happens
     try:
         app(args=_with_default_command(argv), prog_name="xcsh-run")
