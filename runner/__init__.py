@@ -49,6 +49,7 @@ if _typing.TYPE_CHECKING:
     from xcsh_run._errors import WorkerStartupError as WorkerStartupError
     from xcsh_run._host import CustomToolsLoadResult as CustomToolsLoadResult
     from xcsh_run._host import Runner as Runner
+    from xcsh_run._host import RunnerOptions as RunnerOptions
     from xcsh_run._host import RunnerStatistics as RunnerStatistics
     from xcsh_run._host import discover_and_load_custom_tools as discover_and_load_custom_tools
     from xcsh_run._host import load_custom_tools as load_custom_tools
@@ -91,6 +92,7 @@ __all__ = [
     "Runner",
     "RunnerConfig",
     "RunnerError",
+    "RunnerOptions",
     "RunnerStatistics",
     "SandboxPolicy",
     "SandboxUnavailable",
@@ -143,6 +145,7 @@ _WHERE: _typing.Final = {
     "WorkerError": "xcsh_run._errors",
     "WorkerStartupError": "xcsh_run._errors",
     "Runner": "xcsh_run._host",
+    "RunnerOptions": "xcsh_run._host",
     "RunnerStatistics": "xcsh_run._host",
     "open_runner": "xcsh_run._host",
     "ErrorInfo": "xcsh_run._results",
