@@ -43,6 +43,7 @@ if _typing.TYPE_CHECKING:
     from xcsh_run._errors import LocalProtocolError as LocalProtocolError
     from xcsh_run._errors import ProtocolError as ProtocolError
     from xcsh_run._errors import RemoteProtocolError as RemoteProtocolError
+    from xcsh_run._errors import RunnerClosedError as RunnerClosedError
     from xcsh_run._errors import RunnerError as RunnerError
     from xcsh_run._errors import WorkerDied as WorkerDied
     from xcsh_run._errors import WorkerError as WorkerError
@@ -90,6 +91,7 @@ __all__ = [
     "RayRunner",
     "RemoteProtocolError",
     "Runner",
+    "RunnerClosedError",
     "RunnerConfig",
     "RunnerError",
     "RunnerOptions",
@@ -141,6 +143,7 @@ _WHERE: _typing.Final = {
     "ProtocolError": "xcsh_run._errors",
     "RemoteProtocolError": "xcsh_run._errors",
     "RunnerError": "xcsh_run._errors",
+    "RunnerClosedError": "xcsh_run._errors",
     "WorkerDied": "xcsh_run._errors",
     "WorkerError": "xcsh_run._errors",
     "WorkerStartupError": "xcsh_run._errors",

@@ -123,7 +123,7 @@ class AsyncioRunner(RunnerSettings):
         the partial result over with ``loop.call_soon_threadsafe``.
 
         Raises:
-            ConfigError: the runner is closed.
+            RunnerClosedError: the runner is closed.
             asyncio.CancelledError: the awaiting task was cancelled; the call's
                 worker tree is gone by then.
         """

@@ -45,20 +45,20 @@ def open_blocking_runner(
     every worker (after ``shutdown`` is delivered) and joins the thread;
     nothing is left running, even after an exception. Calls still running in
     other threads then end with a ``cancelled`` result, and later ones raise
-    :class:`ConfigError`.
+    `RunnerClosedError`.
     """
     check_options("open_blocking_runner", options)
-    return _blocking_runner(tool_paths, options)
+    return _blocking_runner(tool_paths, options, "with open_blocking_runner(...)")
 
 
 @contextlib.contextmanager
-def _blocking_runner(tool_paths: Sequence[str], options: RunnerOptions) -> Iterator[BlockingRunner]:
+def _blocking_runner(tool_paths: Sequence[str], options: RunnerOptions, block: str) -> Iterator[BlockingRunner]:
     ready = threading.Event()
     box: dict[str, Any] = {}
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            portal = _Portal(nursery)
+            portal = _Portal(nursery, block)
             try:
                 async with open_runner(tool_paths, **options) as runner:
                     portal.runner = runner
@@ -129,7 +129,7 @@ def open_asyncio_runner(
 async def _asyncio_runner(tool_paths: Sequence[str], options: RunnerOptions) -> AsyncIterator[AsyncioRunner]:
     import asyncio
 
-    manager = _blocking_runner(tool_paths, options)
+    manager = _blocking_runner(tool_paths, options, "async with open_asyncio_runner(...)")
 
     async def close() -> None:
         if await _outlast(asyncio.wrap_future(_in_thread(lambda: manager.__exit__(None, None, None)))):
