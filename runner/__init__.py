@@ -57,6 +57,7 @@ if _typing.TYPE_CHECKING:
     from xcsh_run._host import open_runner as open_runner
     from xcsh_run._results import ErrorInfo as ErrorInfo
     from xcsh_run._results import ErrorKind as ErrorKind
+    from xcsh_run._results import PendingAction as PendingAction
     from xcsh_run._results import ToolResult as ToolResult
     from xcsh_run._sandbox import SandboxPolicy as SandboxPolicy
     from xcsh_run._sandbox import SandboxUnavailable as SandboxUnavailable
@@ -85,6 +86,7 @@ __all__ = [
     "FuzzReport",
     "LoadError",
     "LocalProtocolError",
+    "PendingAction",
     "PropertyReport",
     "ProtocolError",
     "RayMissing",
@@ -153,6 +155,7 @@ _WHERE: _typing.Final = {
     "open_runner": "xcsh_run._host",
     "ErrorInfo": "xcsh_run._results",
     "ErrorKind": "xcsh_run._results",
+    "PendingAction": "xcsh_run._results",
     "ToolResult": "xcsh_run._results",
     "SandboxPolicy": "xcsh_run._sandbox",
     "SandboxUnavailable": "xcsh_run._sandbox",

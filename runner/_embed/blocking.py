@@ -21,7 +21,7 @@ from xcsh_run._discovery import LoadError, ToolInfo
 from xcsh_run._embed.portal import Job, Portal, ids
 from xcsh_run._embed.surface import runner_doc
 from xcsh_run._host import Runner, RunnerStatistics
-from xcsh_run._results import ToolResult
+from xcsh_run._results import PendingAction, ToolResult
 from xcsh_run._sandbox import SandboxPolicy
 
 if TYPE_CHECKING:
@@ -173,7 +173,7 @@ class BlockingRunner(RunnerSettings):
         self._run_sync(self._runner.set_ui_context, ui, has_ui)
 
     @runner_doc
-    def pending_actions(self) -> list[dict[str, Any]]:
+    def pending_actions(self) -> list[PendingAction]:
         return self._run_sync(self._runner.pending_actions)
 
     @runner_doc

@@ -49,7 +49,7 @@ from xcsh_run._host.session_history import DEFAULT_SESSION, WIRE_KEY, SessionHis
 from xcsh_run._host.statistics import RunnerStatistics
 from xcsh_run._pool import Housekeeping, Loader, PoolRules, ProcessFactory, WorkerFactory, WorkerPool
 from xcsh_run._process import CgroupRoot, TeardownStats, sweep_stale_workdirs
-from xcsh_run._results import ErrorKind, ToolResult, error_result
+from xcsh_run._results import ErrorKind, PendingAction, ToolResult, error_result
 from xcsh_run._sandbox import Probe, SandboxPolicy, check, probe, protect_host
 from xcsh_run.worker import protocol as p
 
@@ -296,8 +296,8 @@ class Runner(RunnerSettings):
         """
         self._bridge.log_listener = listener
 
-    def pending_actions(self) -> list[dict[str, Any]]:
-        """Previews waiting for ``resolve``, newest last."""
+    def pending_actions(self) -> list[PendingAction]:
+        """Previews waiting for ``resolve``, newest last; ``resolve`` with one's ``id`` settles that one."""
         return [a.preview() for a in self._bridge.pending]
 
     async def emit_session_event(
