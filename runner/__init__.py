@@ -43,18 +43,21 @@ if _typing.TYPE_CHECKING:
     from xcsh_run._errors import LocalProtocolError as LocalProtocolError
     from xcsh_run._errors import ProtocolError as ProtocolError
     from xcsh_run._errors import RemoteProtocolError as RemoteProtocolError
+    from xcsh_run._errors import RunnerClosedError as RunnerClosedError
     from xcsh_run._errors import RunnerError as RunnerError
     from xcsh_run._errors import WorkerDied as WorkerDied
     from xcsh_run._errors import WorkerError as WorkerError
     from xcsh_run._errors import WorkerStartupError as WorkerStartupError
     from xcsh_run._host import CustomToolsLoadResult as CustomToolsLoadResult
     from xcsh_run._host import Runner as Runner
+    from xcsh_run._host import RunnerOptions as RunnerOptions
     from xcsh_run._host import RunnerStatistics as RunnerStatistics
     from xcsh_run._host import discover_and_load_custom_tools as discover_and_load_custom_tools
     from xcsh_run._host import load_custom_tools as load_custom_tools
     from xcsh_run._host import open_runner as open_runner
     from xcsh_run._results import ErrorInfo as ErrorInfo
     from xcsh_run._results import ErrorKind as ErrorKind
+    from xcsh_run._results import PendingAction as PendingAction
     from xcsh_run._results import ToolResult as ToolResult
     from xcsh_run._sandbox import SandboxPolicy as SandboxPolicy
     from xcsh_run._sandbox import SandboxUnavailable as SandboxUnavailable
@@ -83,14 +86,17 @@ __all__ = [
     "FuzzReport",
     "LoadError",
     "LocalProtocolError",
+    "PendingAction",
     "PropertyReport",
     "ProtocolError",
     "RayMissing",
     "RayRunner",
     "RemoteProtocolError",
     "Runner",
+    "RunnerClosedError",
     "RunnerConfig",
     "RunnerError",
+    "RunnerOptions",
     "RunnerStatistics",
     "SandboxPolicy",
     "SandboxUnavailable",
@@ -139,14 +145,17 @@ _WHERE: _typing.Final = {
     "ProtocolError": "xcsh_run._errors",
     "RemoteProtocolError": "xcsh_run._errors",
     "RunnerError": "xcsh_run._errors",
+    "RunnerClosedError": "xcsh_run._errors",
     "WorkerDied": "xcsh_run._errors",
     "WorkerError": "xcsh_run._errors",
     "WorkerStartupError": "xcsh_run._errors",
     "Runner": "xcsh_run._host",
+    "RunnerOptions": "xcsh_run._host",
     "RunnerStatistics": "xcsh_run._host",
     "open_runner": "xcsh_run._host",
     "ErrorInfo": "xcsh_run._results",
     "ErrorKind": "xcsh_run._results",
+    "PendingAction": "xcsh_run._results",
     "ToolResult": "xcsh_run._results",
     "SandboxPolicy": "xcsh_run._sandbox",
     "SandboxUnavailable": "xcsh_run._sandbox",

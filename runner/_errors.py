@@ -3,15 +3,16 @@
 ::
 
     RunnerError
-    ├── ConfigError(RunnerError, ValueError)   a bad option or path given to the runner
-    ├── ProtocolError                          cannot be instantiated directly
-    │   ├── LocalProtocolError                 we tried to send something illegal: a bug here
-    │   └── RemoteProtocolError                the worker sent something that is not the protocol
+    ├── ConfigError(RunnerError, ValueError)          a bad option or path given to the runner
+    ├── RunnerClosedError(RunnerError, RuntimeError)  a runner used after its block ended
+    ├── ProtocolError                                 cannot be instantiated directly
+    │   ├── LocalProtocolError                        we tried to send something illegal: a bug here
+    │   └── RemoteProtocolError                       the worker sent something that is not the protocol
     ├── WorkerError
-    │   ├── WorkerStartupError                 the worker could not be started
-    │   └── WorkerDied                         the worker exited; carries how and its stderr tail
-    ├── RemoteError                            the worker answered a request with an error object
-    └── RemoteRequestRefused                   a host handler refuses a worker's request (internal)
+    │   ├── WorkerStartupError                        the worker could not be started
+    │   └── WorkerDied                                the worker exited; carries how and its stderr tail
+    ├── RemoteError                                   the worker answered a request with an error object
+    └── RemoteRequestRefused                          a host handler refuses a worker's request (internal)
 
 The three protocol errors are also the protocol layer's own
 (``xcsh_run.worker.protocol.messages.ProtocolError`` and its two subclasses), so that an
@@ -33,6 +34,22 @@ class RunnerError(Exception):
 
 class ConfigError(RunnerError, ValueError):
     """An option given to the runner is invalid; the message says which and how to fix it."""
+
+
+class RunnerClosedError(RunnerError, RuntimeError):
+    """A runner was used once closed: its calls belong inside the ``with`` block that opened it.
+
+    A ``RuntimeError``, not a ``ConfigError``: what is wrong is when the call
+    came, not an option. Made by :func:`runner_closed`, which names the block.
+    """
+
+
+def runner_closed(block: str) -> RunnerClosedError:
+    """The error for a runner opened by ``block`` (``"async with open_runner(...)"``) and used once closed."""
+    return RunnerClosedError(
+        f"this runner is closed: make its calls inside the `{block}` block that opened it, "
+        "or open a new runner to call again"
+    )
 
 
 class ProtocolError(RunnerError, _messages.ProtocolError):

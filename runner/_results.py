@@ -1,4 +1,4 @@
-"""What a call returns: exactly one :class:`ToolResult`, whatever the tool did."""
+"""What a call returns: exactly one :class:`ToolResult`, whatever the tool did; the :class:`PendingAction` it leaves."""
 
 from __future__ import annotations
 
@@ -112,6 +112,31 @@ class ToolResult(msgspec.Struct, frozen=True):
         if not out["background"]:
             del out["background"]
         return out
+
+
+class PendingAction(msgspec.Struct, frozen=True):
+    """A preview a call left (``push_pending_action``), waiting for ``resolve`` to apply or discard it.
+
+    ``Runner.pending_actions()`` lists them, oldest first. ``resolve`` settles
+    the newest unless given an ``id``:
+    ``call_tool("resolve", {"action": "apply", "reason": "ok", "id": action.id})``.
+
+    Attributes:
+        id: this action's id in its runner: the same for as long as it waits,
+            never another action's.
+        label: what applying it would do, for a person or a model.
+        source_tool_name: the name the tool gave it (its ``source_tool_name``;
+            ``"custom_tool"`` when it gave none).
+        details: the JSON the tool attached (a diff, a summary), or None.
+        call_id: the ``tool_call_id`` of the call that pushed it; None when it
+            was pushed outside a call (a session hook).
+    """
+
+    id: str
+    label: str
+    source_tool_name: str
+    details: Any = None
+    call_id: str | None = None
 
 
 def error_result(kind: ErrorKind, message: str, **evidence: Any) -> ToolResult:

@@ -1,4 +1,4 @@
-"""What importing the host costs a fresh process, kept to what it needs.
+"""What importing the host does to a fresh process, kept to what it needs.
 
 trio, when first imported, asks ``ctypes.util.find_library("pthread")`` for
 the function that names its threads. On Linux that runs ``/sbin/ldconfig -p``
@@ -10,10 +10,16 @@ the duration of trio's import, by asking the dynamic loader directly.
 Every host package's face imports this module before anything else (as does
 ``xcsh_run``'s own loader), so trio is imported here, once, whichever part of
 the package a program imports first. The worker never imports it.
+
+It also gives the ``xcsh_run`` logger its :data:`QUIET` handler, as the
+logging HOWTO asks of a library: a program that configured no logging sees
+none of the host's records (a call that timed out is its result, not a line
+on stderr), and one that did (``logging.basicConfig()``) sees them all.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable
 from typing import Final
@@ -65,3 +71,11 @@ def import_trio() -> None:
 
 
 import_trio()
+
+
+QUIET: Final = logging.NullHandler()
+"""On the ``xcsh_run`` logger, so that logging's last resort (WARNING and up to stderr) never speaks for it.
+
+An application that wants that last resort back (the CLI does) removes it.
+"""
+logging.getLogger("xcsh_run").addHandler(QUIET)

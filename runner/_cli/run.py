@@ -14,12 +14,14 @@ and fuzz, in ``commands``; new, doctor and install-bun, in a module each.
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import sys
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
+from xcsh_run import _startup
 from xcsh_run._cli.app import app
 from xcsh_run._cli.app import run_main as _run
 from xcsh_run._cli.complete import complete_tool
@@ -167,7 +169,7 @@ def run_command(
 
 
 async def _settle_previews(runner: Runner, resolve: str, interactive: bool) -> list[str]:
-    """Settle the previews the call left, newest first, as ``resolve`` would; why each unsettled one was not.
+    """Settle the previews the call left, newest first, each by its id; why each unsettled one was not.
 
     This process ends with the call, and so do the previews' workers: a
     preview left here is a change that never happens, so it is settled now,
@@ -176,7 +178,7 @@ async def _settle_previews(runner: Runner, resolve: str, interactive: bool) -> l
     """
     problems: list[str] = []
     for preview in reversed(runner.pending_actions()):
-        label = visible(str(preview.get("label", "")))[:200]
+        label = visible(preview.label)[:200]
         info = runner.get_tool("resolve")
         if info is not None and info.module != BUILTIN_MODULE:
             problems.append(
@@ -195,7 +197,9 @@ async def _settle_previews(runner: Runner, resolve: str, interactive: bool) -> l
                     f"preview {label!r} not applied: --resolve ask needs a terminal to ask on (stdin and "
                     "stderr, without --args -); give --resolve apply or --resolve discard to settle it unasked"
                 )
-        settled = await runner.call_tool("resolve", {"action": action, "reason": "xcsh-run --resolve"})
+        settled = await runner.call_tool(
+            "resolve", {"action": action, "reason": "xcsh-run --resolve", "id": preview.id}
+        )
         typer.echo(f"xcsh-run: resolve ({action}): {visible(settled.text)}", err=True)
         if settled.is_error:
             problems.append(f"preview {label!r} not settled: {action} failed: {visible(settled.text)[:500]}")
@@ -310,6 +314,10 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _main(argv: list[str]) -> None:
+    # The CLI is the application: a host warning that none of its handlers takes (no log
+    # file could be opened, a command that keeps none) reaches stderr through logging's
+    # last resort, which the library's own handler would otherwise silence.
+    logging.getLogger("xcsh_run").removeHandler(_startup.QUIET)
     show_builds_on_stderr()  # a tool's first run may build its environment: say so while it happens
     try:
         app(args=_with_default_command(argv), prog_name="xcsh-run")

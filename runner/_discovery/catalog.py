@@ -40,6 +40,7 @@ RESOLVE_SCHEMA: Final = {
     "properties": {
         "action": {"type": "string", "enum": ["apply", "discard"], "description": "apply or discard the preview"},
         "reason": {"type": "string", "description": "why"},
+        "id": {"type": "string", "description": "which pending action (its id); the newest if absent"},
     },
     "required": ["action", "reason"],
     "additionalProperties": False,
@@ -87,13 +88,13 @@ class ToolInfo(msgspec.Struct, frozen=True):
 RESOLVE_TOOL: Final = ToolInfo(
     name="resolve",
     label="Resolve",
-    description="Apply or discard the newest pending preview.",
+    description="Apply or discard a pending preview: the one with the given id, else the newest.",
     parameters=RESOLVE_SCHEMA,
     module=BUILTIN_MODULE,
     source=ToolSource("builtin", "xcsh-run", "user"),
     hidden=True,
 )
-"""The built-in ``resolve``: it applies or discards the newest pending action, in its worker."""
+"""The built-in ``resolve``: it applies or discards a pending action (``id``'s, else the newest), in its worker."""
 
 
 class LoadError(msgspec.Struct, frozen=True):

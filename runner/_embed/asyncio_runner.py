@@ -20,7 +20,7 @@ from xcsh_run._embed.blocking import BlockingRunner
 from xcsh_run._embed.portal import Job, ids
 from xcsh_run._embed.surface import runner_doc
 from xcsh_run._host import RunnerStatistics
-from xcsh_run._results import ToolResult
+from xcsh_run._results import PendingAction, ToolResult
 from xcsh_run._sandbox import SandboxPolicy
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ class AsyncioRunner(RunnerSettings):
         the partial result over with ``loop.call_soon_threadsafe``.
 
         Raises:
-            ConfigError: the runner is closed.
+            RunnerClosedError: the runner is closed.
             asyncio.CancelledError: the awaiting task was cancelled; the call's
                 worker tree is gone by then.
         """
@@ -176,7 +176,7 @@ class AsyncioRunner(RunnerSettings):
         self.blocking.set_ui_context(ui, has_ui)
 
     @runner_doc
-    def pending_actions(self) -> list[dict[str, Any]]:
+    def pending_actions(self) -> list[PendingAction]:
         return self.blocking.pending_actions()
 
     @runner_doc

@@ -18,11 +18,10 @@ import trio
 from xcsh_run._calls import UpdateCallback
 from xcsh_run._config import RunnerSettings
 from xcsh_run._discovery import LoadError, ToolInfo
-from xcsh_run._embed.portal import CLOSED, Job, Portal, ids
+from xcsh_run._embed.portal import Job, Portal, ids
 from xcsh_run._embed.surface import runner_doc
-from xcsh_run._errors import ConfigError
 from xcsh_run._host import Runner, RunnerStatistics
-from xcsh_run._results import ToolResult
+from xcsh_run._results import PendingAction, ToolResult
 from xcsh_run._sandbox import SandboxPolicy
 
 if TYPE_CHECKING:
@@ -40,7 +39,7 @@ class BlockingRunner(RunnerSettings):
     threads run in parallel. ``on_update`` callbacks and a UI's methods run on
     the runner's own thread and must not block (nor call this runner). Once
     the runner is closed, every method but the configuration properties
-    raises `ConfigError`.
+    raises `RunnerClosedError`.
 
     Example:
         ```python
@@ -63,7 +62,7 @@ class BlockingRunner(RunnerSettings):
         try:
             return trio.from_thread.run_sync(fn, *args, trio_token=self.portal.token)
         except trio.RunFinishedError:
-            raise ConfigError(CLOSED) from None
+            raise self.portal.closed_error() from None
 
     def _check_thread(self) -> None:
         if threading.get_ident() == self.portal.thread:
@@ -119,7 +118,7 @@ class BlockingRunner(RunnerSettings):
     @runner_doc(
         note="""
         Raises:
-            ConfigError: the runner is closed.
+            RunnerClosedError: the runner is closed.
             KeyboardInterrupt: the waiting thread was interrupted; the call is
                 cancelled through its ladder as it propagates.
         """
@@ -174,7 +173,7 @@ class BlockingRunner(RunnerSettings):
         self._run_sync(self._runner.set_ui_context, ui, has_ui)
 
     @runner_doc
-    def pending_actions(self) -> list[dict[str, Any]]:
+    def pending_actions(self) -> list[PendingAction]:
         return self._run_sync(self._runner.pending_actions)
 
     @runner_doc

@@ -20,7 +20,7 @@ import concurrent.futures
 import contextlib
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import trio
 
@@ -29,27 +29,36 @@ from xcsh_run._embed.asyncio_runner import AsyncioRunner as AsyncioRunner
 from xcsh_run._embed.asyncio_runner import outlast as _outlast
 from xcsh_run._embed.blocking import BlockingRunner as BlockingRunner
 from xcsh_run._embed.portal import Portal as _Portal
-from xcsh_run._host import open_runner
+from xcsh_run._host import RunnerOptions, check_options, open_runner
 from xcsh_run._results import ToolResult
 
 T = TypeVar("T")
 
 
-@contextlib.contextmanager
-def open_blocking_runner(tool_paths: Sequence[str] = (), **options: Any) -> Iterator[BlockingRunner]:
+def open_blocking_runner(
+    tool_paths: Sequence[str] = (), **options: Unpack[RunnerOptions]
+) -> contextlib.AbstractContextManager[BlockingRunner]:
     """:func:`open_runner` for plain programs: a context manager owning a runner thread.
 
-    Leaving the block stops every worker (after ``shutdown`` is delivered) and
-    joins the thread; nothing is left running, even after an exception. Calls
-    still running in other threads then end with a ``cancelled`` result, and
-    later ones raise :class:`ConfigError`.
+    It takes `open_runner`'s options (`RunnerOptions`); one it does not know
+    is a ``TypeError`` that names the closest one. Leaving the block stops
+    every worker (after ``shutdown`` is delivered) and joins the thread;
+    nothing is left running, even after an exception. Calls still running in
+    other threads then end with a ``cancelled`` result, and later ones raise
+    `RunnerClosedError`.
     """
+    check_options("open_blocking_runner", options)
+    return _blocking_runner(tool_paths, options, "with open_blocking_runner(...)")
+
+
+@contextlib.contextmanager
+def _blocking_runner(tool_paths: Sequence[str], options: RunnerOptions, block: str) -> Iterator[BlockingRunner]:
     ready = threading.Event()
     box: dict[str, Any] = {}
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            portal = _Portal(nursery)
+            portal = _Portal(nursery, block)
             try:
                 async with open_runner(tool_paths, **options) as runner:
                     portal.runner = runner
@@ -102,16 +111,25 @@ def _in_thread(fn: Callable[[], T]) -> concurrent.futures.Future[T]:
     return future
 
 
-@contextlib.asynccontextmanager
-async def open_asyncio_runner(tool_paths: Sequence[str] = (), **options: Any) -> AsyncIterator[AsyncioRunner]:
+def open_asyncio_runner(
+    tool_paths: Sequence[str] = (), **options: Unpack[RunnerOptions]
+) -> contextlib.AbstractAsyncContextManager[AsyncioRunner]:
     """:func:`open_runner` for asyncio programs (``async with open_asyncio_runner(...) as runner``).
 
-    Opening and closing run in a thread of their own, and are seen through even
-    when the task is cancelled meanwhile: no runner is ever left running.
+    It takes `open_runner`'s options (`RunnerOptions`); one it does not know
+    is a ``TypeError`` that names the closest one. Opening and closing run in
+    a thread of their own, and are seen through even when the task is
+    cancelled meanwhile: no runner is ever left running.
     """
+    check_options("open_asyncio_runner", options)
+    return _asyncio_runner(tool_paths, options)
+
+
+@contextlib.asynccontextmanager
+async def _asyncio_runner(tool_paths: Sequence[str], options: RunnerOptions) -> AsyncIterator[AsyncioRunner]:
     import asyncio
 
-    manager = open_blocking_runner(tool_paths, **options)
+    manager = _blocking_runner(tool_paths, options, "async with open_asyncio_runner(...)")
 
     async def close() -> None:
         if await _outlast(asyncio.wrap_future(_in_thread(lambda: manager.__exit__(None, None, None)))):
@@ -138,14 +156,16 @@ def run_tool_sync(
     tool_paths: Sequence[str] = (),
     on_update: UpdateCallback | None = None,
     timeout: float | None = None,
-    **runner_options: Any,
+    **runner_options: Unpack[RunnerOptions],
 ) -> ToolResult:
     """Load tools, run one call and stop every worker; blocks the calling thread.
 
-    ``runner_options`` are those of :func:`open_runner` (``tool_paths`` alone
-    when given, unless ``discover_sources=True``). The result is the
-    call's single terminal result; nothing is left running when this returns.
+    ``runner_options`` are those of :func:`open_runner` (`RunnerOptions`;
+    ``tool_paths`` alone when given, unless ``discover_sources=True``). The
+    result is the call's single terminal result; nothing is left running
+    when this returns.
     """
+    check_options("run_tool_sync", runner_options)
 
     async def main() -> ToolResult:
         async with open_runner(tool_paths, **runner_options) as runner:

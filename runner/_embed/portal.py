@@ -17,7 +17,7 @@ from typing import Any, Final, Generic, TypeVar
 
 import trio
 
-from xcsh_run._errors import ConfigError
+from xcsh_run._errors import RunnerClosedError, runner_closed
 from xcsh_run._host import Runner
 from xcsh_run._results import ToolResult
 
@@ -25,8 +25,6 @@ T = TypeVar("T")
 # Call ids for calls submitted without one: unique across the blocking and asyncio faces.
 ids: Final = itertools.count(1)
 _log = logging.getLogger("xcsh_run")
-
-CLOSED: Final = "this runner is closed; open a new one"
 
 
 class Job(Generic[T]):
@@ -79,6 +77,9 @@ class Job(Generic[T]):
             with self._scope:
                 try:
                     value = await self._fn()
+                except RunnerClosedError:
+                    # The Runner's error names its own block; the program opened another face.
+                    self._settle(self.future.set_exception, self._portal.closed_error())
                 except Exception as exc:
                     self._settle(self.future.set_exception, exc)
                 else:
@@ -103,29 +104,35 @@ class Portal:
 
     Outliving it gives closing its natural order: the runner's ``aclose``
     cancels every running call through its ladder, a job that starts during
-    it gets the runner's ``ConfigError``, and after it the nursery waits for
-    the last jobs before the thread ends.
+    it gets a ``RunnerClosedError``, and after it the nursery waits for the
+    last jobs before the thread ends. ``block`` is how the program opened the
+    face (``"with open_blocking_runner(...)"``), which that error names.
     """
 
-    def __init__(self, nursery: trio.Nursery) -> None:
+    def __init__(self, nursery: trio.Nursery, block: str) -> None:
         self.token = trio.lowlevel.current_trio_token()
         self.thread = threading.get_ident()
         self.runner: Runner  # set once open_runner has yielded it
+        self.block: Final = block
         self._nursery = nursery
         self._closed = False
+
+    def closed_error(self) -> RunnerClosedError:
+        """What a call on the closed runner raises, naming the block the program opened it with."""
+        return runner_closed(self.block)
 
     def submit(self, fn: Callable[[], Awaitable[T]], call_id: str | None = None) -> Job[T]:
         """Start ``fn`` on the runner's thread now, from any thread; its outcome arrives in ``job.future``.
 
         ``call_id``: the id of the runner's call that ``fn`` makes, so that the
-        job's cancel goes through the call's ladder. Raises ConfigError once the
-        runner's thread has ended.
+        job's cancel goes through the call's ladder. Raises RunnerClosedError
+        once the runner's thread has ended.
         """
         job = Job(self, fn, call_id)
         try:
             self.token.run_sync_soon(self._start, job)
         except trio.RunFinishedError:
-            raise ConfigError(CLOSED) from None
+            raise self.closed_error() from None
         return job
 
     def submit_call(
@@ -136,7 +143,7 @@ class Portal:
 
     def _start(self, job: Job[Any]) -> None:
         if self._closed:
-            job.fail(ConfigError(CLOSED))
+            job.fail(self.closed_error())
         else:
             self._nursery.start_soon(job.run)
 

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from xcsh_run._host.oneshot import load_custom_tools as load_custom_tools
     from xcsh_run._host.runner import Runner as Runner
     from xcsh_run._host.runner import open_runner as open_runner
+    from xcsh_run._host.runner_options import RunnerOptions as RunnerOptions
+    from xcsh_run._host.runner_options import check_options as check_options
     from xcsh_run._host.signals import CallStopper as CallStopper
     from xcsh_run._host.signals import Signals as Signals
     from xcsh_run._host.signals import watching_signals as watching_signals
@@ -34,10 +36,12 @@ __all__ = [
     "CallStopper",
     "CustomToolsLoadResult",
     "Runner",
+    "RunnerOptions",
     "RunnerStatistics",
     "Signals",
     "UIContext",
     "UI_DEFAULTS",
+    "check_options",
     "discover_and_load_custom_tools",
     "load_custom_tools",
     "open_runner",
@@ -51,10 +55,12 @@ _HOMES: dict[str, str] = {
     "CallStopper": "signals",
     "CustomToolsLoadResult": "oneshot",
     "Runner": "runner",
+    "RunnerOptions": "runner_options",
     "RunnerStatistics": "statistics",
     "Signals": "signals",
     "UIContext": "host_api",
     "UI_DEFAULTS": "host_api",
+    "check_options": "runner_options",
     "discover_and_load_custom_tools": "oneshot",
     "load_custom_tools": "oneshot",
     "open_runner": "runner",

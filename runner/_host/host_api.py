@@ -14,6 +14,7 @@ import inspect
 import json
 import logging
 import os
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol
 
@@ -42,7 +43,7 @@ from xcsh_run._host.quotas import (
     over,
 )
 from xcsh_run._pool import Housekeeping, Loader, LoadFailed, PoolWorker, Slot, WorkerPool
-from xcsh_run._results import ErrorKind, ToolResult, error_result
+from xcsh_run._results import ErrorKind, PendingAction, ToolResult, error_result
 from xcsh_run.worker import protocol as p
 
 tool_log: Final = logging.getLogger("xcsh_run.tool")
@@ -114,12 +115,17 @@ async def call_ui(ui: object, method: str, args: list[Any]) -> Any:
 
 
 class PendingActionRecord:
-    """A preview in the host; ``apply``/``reject`` live in ``worker``."""
+    """A preview in the host; ``apply``/``reject`` live in ``worker``, under its own ``action_id``.
 
-    __slots__ = ("action_id", "worker", "label", "details", "source_tool_name", "call_id")
+    ``id`` is the host's, unique across workers (each numbers its own actions
+    from one) and across runners (an MCP client's id outlives a reload).
+    """
+
+    __slots__ = ("id", "action_id", "worker", "label", "details", "source_tool_name", "call_id")
 
     def __init__(self, action_id: str, worker: PoolWorker, label: str, details: Any, source_tool_name: str,
                  call_id: str | None) -> None:  # fmt: skip
+        self.id = f"pending-{uuid.uuid4().hex[:12]}"
         self.action_id = action_id
         self.worker = worker
         self.label = label
@@ -127,8 +133,8 @@ class PendingActionRecord:
         self.source_tool_name = source_tool_name
         self.call_id = call_id
 
-    def preview(self) -> dict[str, Any]:
-        return {"label": self.label, "details": self.details, "sourceToolName": self.source_tool_name}
+    def preview(self) -> PendingAction:
+        return PendingAction(self.id, self.label, self.source_tool_name, self.details, self.call_id)
 
 
 def default_render_call(label: str, args: Any) -> str:
@@ -350,17 +356,31 @@ class HostBridge:
     # --- pending actions ------------------------------------------------------------------
 
     async def resolve(self, args: Mapping[str, Any]) -> ToolResult:
-        """The built-in ``resolve``: apply or discard the newest pending action, in its worker."""
-        action, reason = args.get("action"), args.get("reason")
-        if action not in ("apply", "discard") or not isinstance(reason, str):
+        """The built-in ``resolve``: apply or discard a pending action (``id``'s, else the newest), in its worker."""
+        action, reason, chosen = args.get("action"), args.get("reason"), args.get("id")
+        if action not in ("apply", "discard") or not isinstance(reason, str) or not isinstance(chosen, str | None):
             return error_result(
-                ErrorKind.INVALID_ARGUMENTS, 'resolve takes {"action": "apply" | "discard", "reason": str}', path="$"
+                ErrorKind.INVALID_ARGUMENTS,
+                'resolve takes {"action": "apply" | "discard", "reason": str, "id"?: str}',
+                path="$",
             )
         if not self.pending:
             return error_result(ErrorKind.TOOL_ERROR, "No pending action to resolve. Nothing to apply or discard.")
-        record = self.pending.pop()  # the newest, as the original design serves previews
+        if chosen is None:
+            record = self.pending.pop()  # the newest, as the original design serves previews
+        else:
+            found = [r for r in self.pending if r.id == chosen]
+            if not found:
+                waiting = "; ".join(f"{r.id!r} ({r.label[:80]!r})" for r in reversed(self.pending))
+                return error_result(
+                    ErrorKind.TOOL_ERROR,
+                    f"No pending action has the id {chosen!r}: it was resolved already, or is not this "
+                    f"runner's. Pending now, newest first: {waiting}",
+                )
+            record = found[0]
+            self.pending.remove(record)
         details = {"action": action, "reason": reason, "sourceToolName": record.source_tool_name,
-                   "label": record.label}  # fmt: skip
+                   "label": record.label, "id": record.id}  # fmt: skip
         if record.details is not None:
             details["sourceResultDetails"] = record.details
         try:

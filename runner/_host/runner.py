@@ -41,7 +41,7 @@ from xcsh_run._config import (
     RunnerSettings,
 )
 from xcsh_run._discovery import BUILTIN_MODULE, Catalog, LoadError, ModuleCache, ToolInfo, default_dir
-from xcsh_run._errors import ConfigError
+from xcsh_run._errors import ConfigError, runner_closed
 from xcsh_run._host import approval
 from xcsh_run._host.host_api import HostBridge, UIContext, log
 from xcsh_run._host.host_limits import HostLimits, host_limits, watch_host_limits
@@ -49,13 +49,15 @@ from xcsh_run._host.session_history import DEFAULT_SESSION, WIRE_KEY, SessionHis
 from xcsh_run._host.statistics import RunnerStatistics
 from xcsh_run._pool import Housekeeping, Loader, PoolRules, ProcessFactory, WorkerFactory, WorkerPool
 from xcsh_run._process import CgroupRoot, TeardownStats, sweep_stale_workdirs
-from xcsh_run._results import ErrorKind, ToolResult, error_result
+from xcsh_run._results import ErrorKind, PendingAction, ToolResult, error_result
 from xcsh_run._sandbox import Probe, SandboxPolicy, check, probe, protect_host
 from xcsh_run.worker import protocol as p
 
 # How long aclose waits for spare refills and the reaper to stop once
 # cancelled: each of their own waits is bounded well below this.
 _HOUSEKEEPING_BOUND: Final = 15.0
+# The block a Runner belongs to, as a closed one's error names it.
+_BLOCK: Final = "async with open_runner(...)"
 
 
 class Runner(RunnerSettings):
@@ -64,6 +66,12 @@ class Runner(RunnerSettings):
     Every call ends in exactly one :class:`ToolResult`; :meth:`call_tool`
     raises only ``trio.Cancelled`` (after the worker's tree is gone) when the
     *caller's* scope is cancelled. See ``xcsh_run._calls.lifecycle`` for the ladder.
+
+    Once closed (from the start of :meth:`aclose`), what would run in a worker
+    (:meth:`call_tool`, :meth:`load`, :meth:`emit_session_event`, the renders)
+    raises :class:`RunnerClosedError`; what the runner knew stays readable
+    (``tools``, ``statistics()``, ``session_history()``, ...), and ``cancel`` and
+    the setters change nothing, so that closing code may call them at any time.
     """
 
     def __init__(
@@ -171,6 +179,7 @@ class Runner(RunnerSettings):
         runner was opened (``config.discover_sources``, which also decided
         whether the config files' grants were read).
         """
+        self._check_open()
         if discover_sources is None:
             discover_sources = self.config.discover_sources if self.config.discover_sources is not None else True
         await self._loader.load(configured_paths, discover_sources=discover_sources, wanted_tool=wanted_tool)
@@ -222,11 +231,13 @@ class Runner(RunnerSettings):
         Returns:
             The result; ``is_error`` is True for every failure.
 
+        Raises:
+            RunnerClosedError: the runner is closed.
+
         Cancellation: if the caller's scope is cancelled, the worker goes
         through the ladder and its tree is gone before ``Cancelled`` propagates.
         """
-        if self.closed:
-            raise ConfigError("this runner is closed; open a new one with open_runner()")
+        self._check_open()
         info = self._catalog.lookup(name)
         if info is None:
             return self._catalog.not_found(name)
@@ -285,8 +296,8 @@ class Runner(RunnerSettings):
         """
         self._bridge.log_listener = listener
 
-    def pending_actions(self) -> list[dict[str, Any]]:
-        """Previews waiting for ``resolve``, newest last."""
+    def pending_actions(self) -> list[PendingAction]:
+        """Previews waiting for ``resolve``, newest last; ``resolve`` with one's ``id`` settles that one."""
         return [a.preview() for a in self._bridge.pending]
 
     async def emit_session_event(
@@ -300,6 +311,10 @@ class Runner(RunnerSettings):
         ``"default"`` session if None): for ``switch``/``branch``/``tree``, call
         :meth:`set_session_history` first with the branch now current.
         """
+        self._check_open()
+        return await self._emit(event, timeout, session_id)
+
+    async def _emit(self, event: Mapping[str, Any], timeout: float, session_id: str | None) -> list[str]:
         view = self._histories.view(session_id if session_id is not None else DEFAULT_SESSION)
         return await self._bridge.emit_session_event(event, timeout=timeout, ctx={WIRE_KEY: view})
 
@@ -319,6 +334,7 @@ class Runner(RunnerSettings):
 
     async def render_call(self, name: str, args: Any, theme: Any = None, *, timeout: float = 2.0) -> str:
         """The tool's ``render_call(args, theme)``, run in its worker; the default rendering on any trouble."""
+        self._check_open()
         return await self._bridge.render_call(name, args, theme, timeout)
 
     async def render_result(
@@ -335,6 +351,7 @@ class Runner(RunnerSettings):
 
         ``options`` is ``{expanded, is_partial, spinner_frame}``.
         """
+        self._check_open()
         return await self._bridge.render_result(name, result, options, theme, args, timeout)
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -343,6 +360,10 @@ class Runner(RunnerSettings):
     def closed(self) -> bool:
         """True once the runner began closing."""
         return self._pool.closed
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise runner_closed(_BLOCK)
 
     def statistics(self) -> RunnerStatistics:
         """A snapshot of the runner's workers and calls."""
@@ -392,7 +413,7 @@ class Runner(RunnerSettings):
             # Each step runs even if the one before failed: an error here must
             # never leave a worker (and the supervisors holding the nursery) alive.
             try:
-                await self.emit_session_event({"reason": "shutdown", "previousSessionFile": None}, timeout=self.grace)
+                await self._emit({"reason": "shutdown", "previousSessionFile": None}, self.grace, None)
             except Exception:
                 log.exception("the shutdown session event failed; stopping the workers all the same")
             finally:

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from xcsh_run._embed import BlockingRunner, Job, open_blocking_runner
-from xcsh_run._errors import ConfigError
+from xcsh_run._errors import RunnerClosedError
 from xcsh_run._results import ErrorKind, ToolResult, error_result
 from xcsh_run._version import __version__
 
@@ -106,7 +106,7 @@ class NodeHost:
             # worker ever ran, so nothing on this node needs stopping. (Awaited
             # through asyncio, a cancelled future raises asyncio's CancelledError.)
             return _cancelled_before_start(name, job.reason or "cancelled")
-        except ConfigError as exc:  # the runner closed under the call
+        except RunnerClosedError as exc:  # the runner closed under the call
             return _cancelled_before_start(name, str(exc))
         finally:
             with self._lock:
@@ -123,7 +123,7 @@ class NodeHost:
                 return False
         job.cancel(reason)
         if force:
-            with contextlib.suppress(ConfigError):
+            with contextlib.suppress(RunnerClosedError):
                 self._runner.cancel(call_id, reason, force=True)
         return True
 

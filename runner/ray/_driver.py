@@ -17,7 +17,7 @@ import trio
 
 from xcsh_run._discovery import LoadError, ToolInfo
 from xcsh_run._embed import runner_doc
-from xcsh_run._errors import ConfigError
+from xcsh_run._errors import ConfigError, runner_closed
 from xcsh_run._results import ErrorInfo, ErrorKind, ToolResult
 from xcsh_run._sandbox import SandboxPolicy
 
@@ -25,6 +25,8 @@ from xcsh_run._sandbox import SandboxPolicy
 # the ladder ran (the node's kill rung ends it within grace + its own bounds).
 CANCEL_MARGIN: Final = 10.0
 _ids: Final = itertools.count(1)
+# The block a Ray runner belongs to, as a closed one's error names it.
+_BLOCK: Final = "async with open_ray_runner(...)"
 # Starts actors on the alive nodes not among the given ids: (the new nodes, warnings).
 AddNodes = Callable[[frozenset[str]], Awaitable[tuple[list["RayNode"], list[str]]]]
 
@@ -136,8 +138,9 @@ class RayRunner:
         (shielded, bounded) for that node's ladder to end it.
 
         Raises:
-            ConfigError: the runner is closed, ``on_update`` was given (partial
-                results do not cross the cluster), or the id is already running.
+            RunnerClosedError: the runner is closed.
+            ConfigError: ``on_update`` was given (partial results do not
+                cross the cluster), or the id is already running.
         """
     )
     async def call_tool(
@@ -154,7 +157,7 @@ class RayRunner:
         session_id: str | None = None,
     ) -> ToolResult:
         if self._closed:
-            raise ConfigError("this Ray runner is closed; open a new one with open_ray_runner()")
+            raise runner_closed(_BLOCK)
         if on_update is not None:
             raise ConfigError("on_update is not supported over Ray: partial results stay on the node")
         call_id = tool_call_id or f"ray-{next(_ids)}"
@@ -249,7 +252,7 @@ class RayRunner:
         A node found dead is not started again: its id stays taken.
         """
         if self._closed:
-            raise ConfigError("this Ray runner is closed; open a new one with open_ray_runner()")
+            raise runner_closed(_BLOCK)
         if self._add is None:
             return []
         added, warnings = await self._add(frozenset(n.node_id for n in self._nodes))

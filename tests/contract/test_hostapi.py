@@ -278,7 +278,7 @@ async def test_pending_actions_resolve_in_the_worker_that_made_them(hostapi: Pat
             nothing = await runner.call_tool("resolve", {"action": "apply", "reason": "go"})
             made = await runner.call_tool("propose", {"label": "first"})
             await runner.call_tool("propose", {"label": "second"})
-            assert [a["label"] for a in runner.pending_actions()] == ["first", "second"]
+            assert [a.label for a in runner.pending_actions()] == ["first", "second"]
             applied = await runner.call_tool("resolve", {"action": "apply", "reason": "looks good"})
             discarded = await runner.call_tool("resolve", {"action": "discard", "reason": "no"})
             bad = await runner.call_tool("resolve", {"action": "maybe", "reason": "?"})

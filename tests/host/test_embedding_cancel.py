@@ -23,7 +23,7 @@ import pytest
 
 from tests._support.scale import scaled
 from tests.conftest import TOOLS
-from xcsh_run import ConfigError, RunnerError, ToolResult, open_asyncio_runner, open_blocking_runner
+from xcsh_run import RunnerClosedError, RunnerError, ToolResult, open_asyncio_runner, open_blocking_runner
 
 POOL = TOOLS / "pool.py"
 T = TypeVar("T")
@@ -247,24 +247,24 @@ def test_the_blocking_runner_from_16_threads_while_it_closes(tmp_path: Path) -> 
             if isinstance(last, ToolResult):
                 assert last.kind == "cancelled", (round_, i, last)
             else:
-                assert isinstance(last, ConfigError) and "closed" in str(last), (round_, i, last)
+                assert isinstance(last, RunnerClosedError) and "closed" in str(last), (round_, i, last)
 
 
 def test_calls_on_a_closed_runner_raise_a_clear_error() -> None:
     def blocking() -> None:
         with open_blocking_runner([str(POOL)], grace=0.5) as runner:
             pass
-        with pytest.raises(ConfigError, match="closed"):
+        with pytest.raises(RunnerClosedError, match="closed"):
             runner.call_tool("pid")
-        with pytest.raises(ConfigError, match="closed"):
+        with pytest.raises(RunnerClosedError, match="closed"):
             runner.statistics()
 
     async def asyncio_main() -> None:
         async with open_asyncio_runner([str(POOL)], grace=0.5) as runner:
             pass
-        with pytest.raises(ConfigError, match="closed"):
+        with pytest.raises(RunnerClosedError, match="closed"):
             await runner.call_tool("pid")
-        with pytest.raises(ConfigError, match="closed"):
+        with pytest.raises(RunnerClosedError, match="closed"):
             await runner.emit_session_event({"reason": "tree", "previousSessionFile": None})
 
     run_bounded(blocking, 30)

@@ -284,7 +284,7 @@ async def test_resolve_is_listed_while_a_pending_action_waits_with_list_changed(
             await receive.receive()
             assert "resolve" in await names(s)
             tool = next(t for t in (await s.list_tools()).tools if t.name == "resolve")
-            assert set(tool.input_schema["properties"]) == {"action", "reason"}
+            assert set(tool.input_schema["properties"]) == {"action", "reason", "id"}  # id: a chosen one
             assert text_of(await s.call_tool("chatty", {})) == "done "  # no change, no notification
             applied = await s.call_tool("resolve", {"action": "apply", "reason": "looks right"})
             assert text_of(applied) == "applied (looks right)"

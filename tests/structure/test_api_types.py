@@ -11,13 +11,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import trio
 
-from tests._support.import_tree import link_import_tree
+from tests._support.typecheck import mypy_strict
 from tests.conftest import XCSH_RUN, make_runner
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,22 +107,7 @@ async def test_a_tool_annotated_with_the_public_types_loads_and_runs(tmp_path: P
 
 
 def _mypy(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
-    module = tmp_path / "typed_tool.py"
-    module.write_text(textwrap.dedent(source))
-    tree = tmp_path / "import-tree"
-    config = tmp_path / "mypy.ini"
-    if not tree.exists():
-        link_import_tree(tree)
-        # As mypy treats an installed package (a wheel's, in site-packages): its own modules are
-        # analysed for the types they give the tool, and their own problems are not the tool's.
-        config.write_text("[mypy]\n\n[mypy-xcsh_run.*]\nfollow_imports = silent\n")
-    return subprocess.run(
-        [sys.executable, "-m", "mypy", "--config-file", str(config), "--strict", "--no-error-summary",
-         "--cache-dir", str(tmp_path / "mypy"), str(module)],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
-        # An editable install is an import hook mypy cannot follow; a wheel's site-packages needs no MYPYPATH.
-        env={**os.environ, "MYPYPATH": str(tree)},
-    )  # fmt: skip
+    return mypy_strict(tmp_path, source, name="typed_tool.py")
 
 
 @pytest.mark.slow

@@ -143,6 +143,24 @@ def test_the_allow_lists_name_real_runner_members() -> None:
     assert all(name in public for name in NOT_ON_RAY)
 
 
+def test_the_openers_take_exactly_open_runners_options_with_its_types() -> None:
+    """``RunnerOptions`` (what the blocking and asyncio openers take) is ``open_runner``'s keywords, typed alike."""
+    import typing
+
+    from xcsh_run import RunnerOptions, open_runner, run_tool_sync
+
+    opener = inspect.unwrap(open_runner)
+    keywords = [p.name for p in inspect.signature(opener).parameters.values() if p.kind is p.KEYWORD_ONLY]
+    assert list(RunnerOptions.__annotations__) == keywords
+    assert RunnerOptions.__required_keys__ == frozenset()
+    hints = typing.get_type_hints(opener)
+    assert typing.get_type_hints(RunnerOptions) == {name: hints[name] for name in keywords}
+    for face in (open_blocking_runner, open_asyncio_runner, run_tool_sync):
+        options = list(inspect.signature(face).parameters.values())[-1]
+        assert options.kind is options.VAR_KEYWORD, face
+        assert typing.get_type_hints(face)[options.name] == typing.Unpack[RunnerOptions], face
+
+
 TOOL = """
 from xcsh_run.pi import CustomTool
 
