@@ -28,6 +28,7 @@ HELP = """Run LLM-agent custom tools in isolated, killable worker processes.
   xcsh-run TOOL --args '{"key": "value"}'   run one tool (same as: xcsh-run run TOOL ...)
   xcsh-run TOOL --key value                 the same, with the tool's own flags
   xcsh-run TOOL --help                      the tool's description and flags
+  xcsh-run path/to/tool.py [NAME] ...       a tool file alone, without a project
   xcsh-run list                             tools found, and modules that failed to load
   xcsh-run describe TOOL                    a tool's JSON Schema and flags
   xcsh-run batch TOOL --input args.jsonl    one call per line, several at once; JSON result lines
@@ -80,7 +81,8 @@ def _print_version(value: bool) -> None:
 @app.callback()
 def _root(
     version: Annotated[
-        bool, typer.Option("--version", help="Print the version and exit.", is_eager=True, callback=_print_version)
+        bool,
+        typer.Option("--version", "-V", help="Print the version and exit.", is_eager=True, callback=_print_version),
     ] = False,
 ) -> None:
     pass

@@ -72,6 +72,7 @@ ToolsOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--tools",
+        metavar="PATH",
         help="A tool file or folder to add (repeatable); relative to the current directory.",
         callback=_existing_tool_paths,
     ),
@@ -90,13 +91,20 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for programs i
 TimeoutOpt = Annotated[
     float | None,
     typer.Option(
-        "--timeout", help=f"Seconds before a call is stopped [default: the tool's, else {DEFAULT_TIMEOUT:g}]."
+        "--timeout",
+        metavar="SECONDS",
+        help=f"Seconds before a call is stopped [default: the tool's, else {DEFAULT_TIMEOUT:g}].",
     ),
 ]
-GraceOpt = Annotated[float, typer.Option("--grace", help="Seconds between SIGTERM and the kill when stopping a call.")]
+GraceOpt = Annotated[
+    float,
+    typer.Option("--grace", metavar="SECONDS", help="Seconds between SIGTERM and the kill when stopping a call."),
+]
 LogFileOpt = Annotated[
     str | None,
-    typer.Option("--log-file", help="Where host and tool log records go [~/.local/state/xcsh-run/xcsh-run.log]."),
+    typer.Option(
+        "--log-file", metavar="FILE", help="Where host and tool log records go [~/.local/state/xcsh-run/xcsh-run.log]."
+    ),
 ]
 VerboseOpt = Annotated[
     int,
@@ -150,6 +158,7 @@ LoadTimeoutOpt = Annotated[
     float,
     typer.Option(
         "--load-timeout",
+        metavar="SECONDS",
         help="CPU seconds a module's worker may use to start, import it and run its factory; one that blocks "
         "instead is stopped after max(6 x this, 60) seconds of wall time.",
     ),
@@ -165,26 +174,44 @@ class SandboxOptions:
     def __init__(
         self,
         level: Annotated[
-            str, typer.Option("--sandbox", help="none, contained or strict.", rich_help_panel=_SANDBOX)
+            str,
+            typer.Option(
+                "--sandbox",
+                metavar="[" + "|".join(LEVELS) + "]",
+                help="How contained a tool is: none, contained or strict (docs/sandbox.md).",
+                rich_help_panel=_SANDBOX,
+            ),
         ] = "contained",
         memory_mb: Annotated[
-            int | None, typer.Option("--memory-mb", help="Memory of the tool's whole process tree [1024].")
+            int | None,
+            typer.Option("--memory-mb", metavar="MB", help="Memory of the tool's whole process tree [1024]."),
         ] = None,
-        cpu_seconds: Annotated[int | None, typer.Option("--cpu-seconds", help="CPU time of a worker [300].")] = None,
-        max_procs: Annotated[int | None, typer.Option("--max-procs", help="Processes in the tree [256].")] = None,
-        open_files: Annotated[int | None, typer.Option("--open-files", help="Open files per process [1024].")] = None,
-        file_size_mb: Annotated[int | None, typer.Option("--file-size-mb", help="Largest file written [1024].")] = None,
+        cpu_seconds: Annotated[
+            int | None, typer.Option("--cpu-seconds", metavar="SECONDS", help="CPU time of a worker [300].")
+        ] = None,
+        max_procs: Annotated[
+            int | None, typer.Option("--max-procs", metavar="N", help="Processes in the tree [256].")
+        ] = None,
+        open_files: Annotated[
+            int | None, typer.Option("--open-files", metavar="N", help="Open files per process [1024].")
+        ] = None,
+        file_size_mb: Annotated[
+            int | None, typer.Option("--file-size-mb", metavar="MB", help="Largest file written [1024].")
+        ] = None,
         output_mb: Annotated[
-            int | None, typer.Option("--output-mb", help="stdout+stderr a worker may write [no limit].")
+            int | None, typer.Option("--output-mb", metavar="MB", help="stdout+stderr a worker may write [no limit].")
         ] = None,
         allow_read: Annotated[
-            list[str] | None, typer.Option("--allow-read", help="strict: another readable path (repeatable).")
+            list[str] | None,
+            typer.Option("--allow-read", metavar="PATH", help="strict: another readable path (repeatable)."),
         ] = None,
         allow_write: Annotated[
-            list[str] | None, typer.Option("--allow-write", help="strict: another writable path (repeatable).")
+            list[str] | None,
+            typer.Option("--allow-write", metavar="PATH", help="strict: another writable path (repeatable)."),
         ] = None,
         allow_exec: Annotated[
-            list[str] | None, typer.Option("--allow-exec", help="strict: a program tools may run (repeatable).")
+            list[str] | None,
+            typer.Option("--allow-exec", metavar="PROGRAM", help="strict: a program tools may run (repeatable)."),
         ] = None,
         allow_env: Annotated[
             list[str] | None,
@@ -204,7 +231,9 @@ class SandboxOptions:
                 help="Every environment variable whose name starts with PREFIX, secrets included (repeatable).",
             ),
         ] = None,
-        network: Annotated[str, typer.Option("--network", help="strict: off, or netns (also no interfaces).")] = "off",
+        network: Annotated[
+            str, typer.Option("--network", metavar="[off|netns]", help="strict: off, or netns (also no interfaces).")
+        ] = "off",
         allow_connect: Annotated[
             list[int] | None,
             typer.Option(

@@ -7,13 +7,15 @@ through ``_safe_text.json_text`` (exact JSON, no raw control character).
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import sys
-from typing import Any
+from typing import Any, Final
 
 import typer
 
-from xcsh_run._results import ToolResult, describe_block
+from xcsh_run._results import ErrorInfo, ToolResult, describe_block
 from xcsh_run._safe_text import json_text, visible
 
 
@@ -52,9 +54,14 @@ def emit_ndjson(kind: str, payload: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def print_text(result: ToolResult) -> None:
+def print_text(result: ToolResult, *, traceback: bool = False) -> None:
     """A result for people: its text on stdout (other blocks as a one-line summary, an embedded text
-    resource with its text); an error, and the worker's last stderr lines, on stderr."""
+    resource with its text); an error, and the worker's last stderr lines, on stderr.
+
+    An error raised in the tool's code names the file and line where (:func:`tool_location`);
+    with ``traceback``, the tool's traceback comes first (:func:`tool_traceback`), as Python
+    prints one: the summary line last.
+    """
     for block in result.content:
         if result.is_error:
             continue
@@ -67,10 +74,103 @@ def print_text(result: ToolResult) -> None:
                 typer.echo(visible(resource["text"]))  # an embedded text resource is for reading, too
     if result.error is not None:
         err = result.error
-        typer.echo(f"xcsh-run: {err.kind}: {visible(err.message)}", err=True)
+        if traceback and err.traceback:
+            typer.echo(visible(tool_traceback(err)).rstrip(), err=True)
+        typer.echo(f"xcsh-run: {err.kind}: {visible(_summary(err, traceback))}", err=True)
         if err.stderr_tail and err.kind in ("crashed", "load_error", "protocol_error"):
             tail = visible(err.stderr_tail).rstrip().splitlines()[-10:]
             typer.echo("  worker stderr (last lines):\n    " + "\n    ".join(tail), err=True)
+
+
+def _summary(err: ErrorInfo, traceback_shown: bool) -> str:
+    """The error line: for an exception in a call, its type (unless raised on purpose) and where."""
+    if err.kind not in ("tool_error", "limit_exceeded"):
+        return err.message
+    message = err.message
+    where = tool_location(err)
+    if where is None:  # not raised in the tool's code: the worker's check of what the tool returned, say
+        return message
+    if err.exception and not err.deliberate and not message.startswith(err.exception):
+        message = f"{err.exception}: {message}"
+    hint = "" if traceback_shown or not err.traceback else "; --traceback shows the traceback"
+    return f"{message} (raised at {_relative(where)}{hint})"
+
+
+# A frame of a Python traceback (`  File "f.py", line 3, in g`, then its source lines, indented
+# deeper) or of a JavaScript stack (`    at g (/f.ts:3:7)`, one line).
+_PY_FRAME: Final = re.compile(r'^(?P<indent> *)File "(?P<file>[^"]+)", line (?P<line>\d+)')
+_JS_FRAME: Final = re.compile(r"^\s+at (?:.*\()?(?:file://)?(?P<file>/[^()\s]*?):(?P<line>\d+):\d+\)?\s*$")
+_THIRD_PARTY: Final = frozenset({"site-packages", "dist-packages", "node_modules"})
+
+
+def _worker_dir() -> str:
+    import xcsh_run.worker as worker  # already imported by every run: the protocol is its subpackage
+
+    return os.path.dirname(os.path.abspath(worker.__file__)) + os.sep
+
+
+def _frames(text: str) -> list[tuple[int, int, str, int]]:
+    """Each frame of ``text``: its first and past-last line index, file and line number, in text order."""
+    lines = text.splitlines()
+    out: list[tuple[int, int, str, int]] = []
+    i = 0
+    while i < len(lines):
+        if m := _JS_FRAME.match(lines[i]):
+            out.append((i, i + 1, m["file"], int(m["line"])))
+        elif m := _PY_FRAME.match(lines[i]):
+            end, deeper = i + 1, " " * (len(m["indent"]) + 1)
+            while end < len(lines) and lines[end].startswith(deeper) and not _PY_FRAME.match(lines[end]):
+                end += 1
+            out.append((i, end, m["file"], int(m["line"])))
+            i = end
+            continue
+        i += 1
+    return out
+
+
+def _in_tool(file: str, module: str | None) -> bool:
+    """A frame of the tool's own code: in its module's folder, neither the worker's nor an installed package's."""
+    if module is None or file.startswith(_worker_dir()):
+        return False
+    if file == module:
+        return True
+    folder = os.path.dirname(module) + os.sep
+    return file.startswith(folder) and not _THIRD_PARTY.intersection(file[len(folder) :].split(os.sep))
+
+
+def tool_location(err: ErrorInfo) -> str | None:
+    """``file:line`` of the innermost frame of the tool's own code, else the innermost frame's (``raised_at``).
+
+    A Python traceback lists the innermost frame last, a JavaScript stack first.
+    None when the error was raised in the worker (its check of a result).
+    """
+    if err.traceback:
+        frames = [(file, line) for _, _, file, line in _frames(err.traceback) if _in_tool(file, err.module)]
+        python = "Traceback (most recent call last):" in err.traceback
+        if frames:
+            file, line = frames[-1] if python else frames[0]
+            return f"{file}:{line}"
+    if err.raised_at is None or err.raised_at.startswith(_worker_dir()):
+        return None
+    return err.raised_at
+
+
+def tool_traceback(err: ErrorInfo) -> str:
+    """The error's traceback without the worker's own frames (all of it when no other frame is left)."""
+    text = err.traceback or ""
+    frames = _frames(text)
+    worker = [(start, end) for start, end, file, _ in frames if file.startswith(_worker_dir())]
+    if not worker or len(worker) == len(frames):
+        return text
+    lines = text.splitlines()
+    for start, end in reversed(worker):
+        del lines[start:end]
+    return "\n".join(lines)
+
+
+def _relative(location: str) -> str:
+    cwd = os.getcwd() + os.sep
+    return location.removeprefix(cwd)
 
 
 def warn(warnings: list[str]) -> None:

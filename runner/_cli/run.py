@@ -7,7 +7,8 @@ name. A tool that shares a command's name is reached through ``run``.
 The options, exit codes and argument parsing are in ``options``; what
 the commands print, in ``output``; SIGINT and SIGTERM, in ``xcsh_run._host.signals``;
 the app and the trio runner of every command, in ``app``; a tool's own
-flags and help, in ``tool_flags``; completion, in ``complete``; serve
+flags and help, in ``tool_flags``; a tool file run alone, in ``tool_file``;
+completion, in ``complete``; serve
 and fuzz, in ``commands``; new, doctor and install-bun, in a module each.
 """
 
@@ -39,11 +40,13 @@ from xcsh_run._cli.options import (
     VerboseOpt,
     check_seconds,
     fail,
+    fail_arguments,
     parse_arguments,
     with_sandbox_options,
 )
 from xcsh_run._cli.output import Status, emit_ndjson, print_text, requires_text, source_label, suggest_command, warn
-from xcsh_run._cli.tool_flags import lookup_tool, tool_flags
+from xcsh_run._cli.tool_file import name_argument, pick_tool, tool_file
+from xcsh_run._cli.tool_flags import lookup_tool, name_flags, run_options, tool_flags
 from xcsh_run._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT
 from xcsh_run._discovery import BUILTIN_MODULE, show_builds_on_stderr
 from xcsh_run._host import CallStopper, Signals, open_runner
@@ -55,6 +58,7 @@ from xcsh_run._terminal import TerminalUI, configure_log_file
 from xcsh_run.fuzz import COMMANDS
 
 if TYPE_CHECKING:
+    from xcsh_run._discovery import ToolInfo
     from xcsh_run._host import Runner
 
 
@@ -62,10 +66,19 @@ if TYPE_CHECKING:
 @with_sandbox_options
 def run_command(
     ctx: typer.Context,
-    tool: Annotated[str, typer.Argument(help="The tool's name.", autocompletion=complete_tool)],
-    args: Annotated[str | None, typer.Option("--args", help="Arguments as one JSON object; '-' reads stdin.")] = None,
+    tool: Annotated[
+        str,
+        typer.Argument(
+            help="The tool's name, or a tool file to run alone (a path, or a name ending in .py, .ts, .js or .mjs).",
+            autocompletion=complete_tool,
+        ),
+    ],
+    args: Annotated[
+        str | None, typer.Option("--args", metavar="JSON", help="Arguments as one JSON object; '-' reads stdin.")
+    ] = None,
     args_file: Annotated[
-        str | None, typer.Option("--args-file", help="Read the JSON arguments from a file; '-' is stdin.")
+        str | None,
+        typer.Option("--args-file", metavar="FILE", help="Read the JSON arguments from a file; '-' is stdin."),
     ] = None,
     timeout: TimeoutOpt = None,
     grace: GraceOpt = DEFAULT_GRACE,
@@ -78,10 +91,18 @@ def run_command(
     load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT,
     log_file: LogFileOpt = None,
     verbose: VerboseOpt = 0,
+    show_traceback: Annotated[
+        bool,
+        typer.Option(
+            "--traceback",
+            help="When the tool raises, print its traceback on stderr (without the worker's frames); -v does too.",
+        ),
+    ] = False,
     resolve: Annotated[
         str,
         typer.Option(
             "--resolve",
+            metavar="[ask|apply|discard]",
             help="What to do with previews the tool left for `resolve`: apply, discard, or ask "
             "(on a terminal; without one, discard and exit 3).",
         ),
@@ -95,15 +116,24 @@ def run_command(
     """Run one tool call and print its result.
 
     The tool's own flags (`xcsh-run TOOL --help` lists them) may stand beside
-    --args; given both ways, the flag wins.
+    --args; given both ways, the flag wins. TOOL may be a tool file, loaded
+    alone: `xcsh-run path/to/tool.py [NAME] ...` runs its only tool, or NAME.
     """
     if resolve not in ("ask", "apply", "discard"):
         fail(f"--resolve must be ask, apply or discard, got {resolve!r}")
     arguments = parse_arguments(args, args_file, as_json)
     # Before the tool's flags are read: that discovery's records belong in the log too.
     configure_log_file(log_file, verbose=verbose)
-    if ctx.args or show_tool_help:
-        arguments |= tool_flags(ctx, tool, tools or (), load_timeout, sandbox, as_json=as_json, help=show_tool_help)
+    source = tool_file(tool)
+    name, extra = name_argument(ctx.args) if source is not None else (tool, list(ctx.args))
+    paths = [source, *(tools or ())] if source is not None else list(tools or ())
+    flagged: dict[str, Any] = {}
+    if extra or show_tool_help:
+        name, flagged = tool_flags(
+            ctx, extra, name, paths, load_timeout, sandbox, as_json=as_json, help=show_tool_help, source=source,
+            shown=tool,
+        )  # fmt: skip
+        arguments |= flagged
     # A person at the terminal answers the tool's UI prompts (unless stdin carried the arguments).
     interactive = sys.stdin.isatty() and sys.stderr.isatty() and "-" not in (args, args_file)
     check_seconds(timeout=timeout, grace=grace, load_timeout=load_timeout)
@@ -115,41 +145,69 @@ def run_command(
         elif status is not None:
             status.update(partial)
 
-    async def main(signals: Signals) -> tuple[ToolResult, str | None, list[str]]:
+    async def main(signals: Signals) -> tuple[ToolResult, str | None, list[str], ToolInfo | None] | str:
+        nonlocal name
         call_id = f"cli-{os.urandom(4).hex()}"  # unique per run: tells runs apart in the log file
         try:
             # wanted_tool: a module later in precedence than the one defining
             # the tool cannot change which tool runs, so it is not waited for.
             async with open_runner(
-                tools or (), grace=grace, load_timeout=load_timeout, sandbox=sandbox, wanted_tool=tool,
-                discover_sources=True, approve=approve,
+                paths, grace=grace, load_timeout=load_timeout, sandbox=sandbox, wanted_tool=name,
+                discover_sources=source is None, approve=approve,
             ) as runner:  # fmt: skip
                 warn(runner.warnings)
+                if source is not None:
+                    picked, problem = pick_tool(runner.tools, runner.errors, source, tool, name)
+                    if problem is not None:
+                        return problem  # a usage error, once the runner is closed
+                    name = picked.name if picked is not None else (name or os.path.basename(source).partition(".")[0])
+                called = name or tool
                 if interactive:
                     runner.set_ui_context(TerminalUI(status.clear if status is not None else None))
 
                 # A signal during the call cancels the call, not the command, so that its
                 # own `cancelled` result is still printed; a second one kills it now.
-                stop = CallStopper(runner.cancel, call_id, tool, grace, status.clear if status is not None else None)
+                stop = CallStopper(runner.cancel, call_id, called, grace, status.clear if status is not None else None)
                 with signals.handled_by(stop):
                     # The call goes through the cancellation ladder; this process
                     # exits only once the worker's whole tree is gone.
                     result = await runner.call_tool(
-                        tool, arguments, on_update=on_update, timeout=timeout, tool_call_id=call_id
+                        called, arguments, on_update=on_update, timeout=timeout, tool_call_id=call_id
                     )
                 unsettled = await _settle_previews(runner, resolve, interactive)
                 rendered = None
-                info = runner.get_tool(tool)
+                info = runner.get_tool(called)
                 if status is not None and not result.is_error and info is not None and info.has_render_result:
                     # The tool's own rendering, for people; --json and --stream stay raw.
-                    rendered = await runner.render_result(tool, result, {"expanded": True}, args=arguments)
-                return result, rendered, unsettled
+                    rendered = await runner.render_result(called, result, {"expanded": True}, args=arguments)
+                return result, rendered, unsettled, info
         finally:
             # Before anything else is printed, e.g. why the command was interrupted.
             if status is not None:
                 status.clear()
 
-    result, rendered, unsettled = _run(main)
+    outcome = _run(main)
+    if isinstance(outcome, str):
+        fail_arguments(outcome, as_json)
+    result, rendered, unsettled, info = outcome
+    if info is not None:
+        from_json = args is not None or args_file is not None
+        result = name_flags(result, info.parameters, run_options(ctx), arguments, flagged, from_json)
+    shown = dict(stream=stream, as_json=as_json, traceback=show_traceback or verbose > 0)
+    _finish(result, rendered, unsettled, suggest=tool if source is None else None, **shown)
+
+
+def _finish(
+    result: ToolResult,
+    rendered: str | None,
+    unsettled: list[str],
+    *,
+    suggest: str | None,
+    stream: bool,
+    as_json: bool,
+    traceback: bool,
+) -> NoReturn:
+    """Print the result as asked, with the previews left unsettled, and exit with its code."""
     if stream:
         emit_ndjson("result", result.to_json())
     elif as_json:
@@ -157,9 +215,9 @@ def run_command(
     elif rendered is not None:
         typer.echo(visible(rendered))
     else:
-        print_text(result)
-    if result.kind == "not_found":
-        suggest_command(tool)
+        print_text(result, traceback=traceback)
+    if result.kind == "not_found" and suggest is not None:
+        suggest_command(suggest)
     code = EXIT_BY_KIND.get(result.kind, ExitCode.TOOL_ERROR)
     for problem in unsettled:
         typer.echo(f"xcsh-run: {problem}", err=True)

@@ -8,14 +8,17 @@ property whose flag is already a run option (``--timeout``) is reachable only
 through ``--args``. Given both ways, a field's flag wins over ``--args``.
 
 The schema comes from discovery (the module cache answers without a worker
-when nothing changed), before the flags are parsed.
+when nothing changed), before the flags are parsed. A value the tool's schema
+then refuses is reported by the flag that carried it (:func:`name_flags`).
 """
 
 from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+import os
+import re
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Final, NoReturn
 
 import msgspec
@@ -24,6 +27,7 @@ import typer
 from xcsh_run._cli.app import run_main
 from xcsh_run._cli.options import ExitCode, fail, fail_arguments
 from xcsh_run._cli.output import print_text, warn
+from xcsh_run._cli.tool_file import pick_tool
 from xcsh_run._host import Signals, open_runner
 from xcsh_run._results import ToolResult
 from xcsh_run._safe_text import json_text, visible
@@ -201,64 +205,129 @@ def parse_field_flags(
     return out
 
 
-def _type_label(field: Field) -> str:
-    if field.kind == "enum":
-        return "{" + "|".join(_choices(field.choices).split(", ")) + "}"
+_METAVARS: Final = {"integer": "INTEGER", "number": "NUMBER", "string": "TEXT", "json": "JSON", "boolean": ""}
+_LONGEST_CHOICES: Final = 40  # a longer list of choices is shown as CHOICE, the choices in the flag's help
+
+
+def _metavar(field: Field) -> str:
+    """``TEXT``, ``INTEGER``, ``NUMBER``, ``JSON``, ``[fast|slow]`` (an array: its item's)."""
+    kind = field.item if field.kind == "array" else field.kind
+    if kind == "enum":
+        listed = "[" + "|".join(_choices(field.choices).split(", ")) + "]"
+        return listed if len(listed) <= _LONGEST_CHOICES else "CHOICE"
+    return _METAVARS.get(kind or "json", "JSON")
+
+
+def _flag_help(field: Field) -> str:
+    notes = []
     if field.kind == "array":
-        item = "{" + "|".join(_choices(field.choices).split(", ")) + "}" if field.item == "enum" else field.item
-        return f"{item} (repeatable)"
-    return {"json": "JSON", "boolean": ""}.get(field.kind, field.kind)
+        notes.append("repeatable")
+    if (field.kind == "enum" or field.item == "enum") and _metavar(field) == "CHOICE":
+        notes.append(f"one of: {_choices(field.choices)}")
+    if field.default is not msgspec.UNSET and field.default not in (None, [], {}):  # "nothing" says nothing
+        shown = field.default if isinstance(field.default, str) else json.dumps(field.default, ensure_ascii=False)
+        notes.append(f"default: {shown}")
+    if field.required:
+        notes.append("required")
+    return "  ".join(filter(None, [field.description, f"[{'; '.join(notes)}]" if notes else ""]))
 
 
-def tool_help(info: Mapping[str, Any], fields: Sequence[Field], reserved: Sequence[Field]) -> str:
-    """A tool's description and its flags, for ``xcsh-run TOOL --help``."""
-    lines = [f"xcsh-run {info['name']}: {info.get('label') or info['name']}", ""]
-    # Shown before it is split: splitlines() would break it at a CR or a C1 NEL the tool put in.
-    lines += [f"  {line}".rstrip() for line in visible(info.get("description") or "").strip().splitlines()]
-    lines += ["", "Parameters (from the tool's schema; also given as one object with --args JSON):"]
-    if not fields and not reserved:
-        lines.append("  (none)")
+# The run options shown in a tool's help, briefly; `xcsh-run run --help` has every one at length.
+_RUN_BRIEF: Final = {
+    "--args": "The arguments as one JSON object ('-' reads stdin).",
+    "--args-file": "The same, read from a file.",
+    "--json": "Print the result as JSON, for programs.",
+    "--stream": "Print each partial result, then the result, as NDJSON.",
+    "--timeout": "Seconds before the call is stopped.",
+    "--traceback": "Print the tool's traceback when it raises (-v does too).",
+    "--verbose": "Show the tool's log records and output as they come.",
+    "--tools": "Add a tool file or folder (repeatable).",
+    "--cwd": "Run as if started in DIR.",
+    "--sandbox": "How contained the tool is [default: contained].",
+}
+
+
+def tool_help(
+    ctx: typer.Context, usage: str, info: Mapping[str, Any], fields: Sequence[Field], reserved: Sequence[Field]
+) -> str:
+    """``xcsh-run TOOL --help``: the tool's usage, label, description and flags, then the common run options.
+
+    ``usage`` is the command line that runs the tool (``xcsh-run word_freq``).
+    Every text of the tool's is shown with :func:`visible` before it is laid
+    out: a CR or a C1 NEL it put in would break a line where none is meant.
+    """
+    formatter = ctx.make_formatter()
+    formatter.write_usage(usage, "[OPTIONS]", prefix="Usage: ")
+    label = visible(info.get("label") or "")
+    description = visible(info.get("description") or "").strip()
+    same = label.casefold().replace(" ", "_") == info["name"].casefold()
+    for text in filter(None, ["" if same else label, description]):
+        formatter.write_paragraph()
+        formatter.write("".join(f"  {line}".rstrip() + "\n" for line in text.splitlines()))
+    rows = []
     for field in fields:
-        flag = f"{field.flag}/--no-{field.flag[2:]}" if field.kind == "boolean" else field.flag
-        lines.append(f"  {flag} {_type_label(field)}".rstrip())
-        notes = ["required"] if field.required else []
-        if field.default is not msgspec.UNSET:
-            notes.append(f"default: {json.dumps(field.default, ensure_ascii=False)}")
-        if field.kind == "enum" or field.item == "enum":
-            notes.append(f"one of: {_choices(field.choices)}")
-        text = " ".join(filter(None, [field.description, f"[{'; '.join(notes)}]" if notes else ""]))
-        if text:
-            lines.append(f"      {text}")
+        flag = f"{field.flag} / --no-{field.flag[2:]}" if field.kind == "boolean" else field.flag
+        rows.append((visible(f"{flag} {_metavar(field)}".rstrip()), visible(_flag_help(field))))
     for field in reserved:
-        lines.append(f"  {field.name}: only through --args ({field.flag} is a run option)")
-        if field.description:
-            lines.append(f"      {field.description}")
-    return "\n".join(lines) + "\n"
+        said = f"Only through --args ({field.flag} is a run option). {field.description}"
+        rows.append((visible(field.name), visible(said.rstrip())))
+    with formatter.section("Options (the tool's parameters; or all of them as one object: --args JSON)"):
+        if rows:
+            formatter.write_dl(rows)
+        else:
+            formatter.write_text("(none)")
+    brief = []
+    for param in ctx.command.params:
+        opt = next((o for o in param.opts if o in _RUN_BRIEF), None)
+        record = param.get_help_record(ctx) if opt is not None else None
+        if opt is not None and record is not None:
+            brief.append((record[0], _RUN_BRIEF[opt]))
+    with formatter.section("Run options (every tool's; `xcsh-run run --help` lists them all, with the limits)"):
+        formatter.write_dl(brief)
+    return formatter.getvalue()
 
 
 def lookup_tool(
-    tool: str, tools: Sequence[str], load_timeout: float, sandbox: SandboxPolicy, *, as_json: bool = False
+    tool: str | None,
+    tools: Sequence[str],
+    load_timeout: float,
+    sandbox: SandboxPolicy,
+    *,
+    as_json: bool = False,
+    source: str | None = None,
+    shown: str = "",
 ) -> tuple[dict[str, Any] | None, list[str]]:
     """The tool's description as the runner has it, and the warnings; no worker when the cache knows it.
+
+    With ``source`` (a tool file, ``shown`` as the command line gave it), only
+    ``tools`` are loaded, and the tool is the file's named ``tool``, else its
+    only one (``tool_file``, rule 3).
 
     A tool no module defines ends the command as a run of it would: a module
     that failed to load and could define it is a ``load_error`` (exit 1, with
     the reason), else ``not_found`` (exit 2).
     """
 
-    async def main(_: Signals) -> tuple[dict[str, Any] | None, list[str], ToolResult | None]:
+    async def main(_: Signals) -> tuple[dict[str, Any] | None, list[str], ToolResult | None, str | None]:
         async with open_runner(
             tools, load_timeout=load_timeout, sandbox=sandbox, wanted_tool=tool, spare_workers=0,
-            discover_sources=True,
+            discover_sources=source is None,
         ) as runner:  # fmt: skip
-            info = runner.get_tool(tool)
-            if info is not None:
-                return msgspec.to_builtins(info), runner.warnings, None
+            if source is not None:
+                picked, problem = pick_tool(runner.tools, runner.errors, source, shown, tool)
+                info = picked
+            else:
+                info, problem = runner.get_tool(tool or ""), None
+            if info is not None or problem is not None:
+                return msgspec.to_builtins(info), runner.warnings, None, problem
             # No worker starts for a name no tool has: this is the same
             # `not_found` or `load_error` answer a run would get.
-            return None, runner.warnings, await runner.call_tool(tool, {})
+            return None, runner.warnings, await runner.call_tool(tool or _stem(source or ""), {}), None
 
-    info, warnings, missing = run_main(main)
+    info, warnings, missing, problem = run_main(main)
+    if problem is not None:
+        warn(warnings)
+        fail_arguments(problem, as_json)
     if missing is not None and missing.kind == "load_error":
         warn(warnings)
         if as_json:
@@ -269,35 +338,107 @@ def lookup_tool(
     return info, warnings
 
 
+def _stem(path: str) -> str:
+    return os.path.basename(path).partition(".")[0]
+
+
+def run_options(ctx: typer.Context) -> list[str]:
+    """The long options of the run command: a tool's field with one of these names gets no flag."""
+    names = [opt for param in ctx.command.params for opt in (*param.opts, *param.secondary_opts)]
+    return [opt for opt in names if opt.startswith("--") and opt != "--xcsh-run-tool-help"]
+
+
 def tool_flags(
     ctx: typer.Context,
-    tool: str,
+    extra: Sequence[str],
+    tool: str | None,
     tools: Sequence[str],
     load_timeout: float,
     sandbox: SandboxPolicy,
     *,
     as_json: bool,
     help: bool,
-) -> dict[str, Any]:
-    """The arguments the tool's own flags in ``ctx.args`` give; with ``help``, print the tool's help and exit 0."""
-    run_options = [opt for param in ctx.command.params for opt in (*param.opts, *param.secondary_opts)]
-    run_options = [opt for opt in run_options if opt.startswith("--") and opt != "--xcsh-run-tool-help"]
-    info, warnings = lookup_tool(tool, tools, load_timeout, sandbox, as_json=as_json)
+    source: str | None = None,
+    shown: str = "",
+) -> tuple[str, dict[str, Any]]:
+    """The tool's name and the arguments its own flags in ``extra`` give; with ``help``, print its help and exit 0.
+
+    ``source`` and ``shown``: a tool file, as :func:`lookup_tool` takes it.
+    """
+    options = run_options(ctx)
+    info, warnings = lookup_tool(tool, tools, load_timeout, sandbox, as_json=as_json, source=source, shown=shown)
     if help or info is None:
         warn(warnings)  # otherwise the run, about to discover again, says them once
     if info is None:
+        if source is not None:
+            fail_arguments(f"{shown} defines no tool", as_json)
         if help:
-            typer.echo(ctx.get_help())
             fail(f"no tool named {tool!r}; `xcsh-run list` shows the tools found, and why a module failed to load")
-        flags = " ".join(arg for arg in ctx.args if arg.startswith("--"))
+        flags = " ".join(arg for arg in extra if arg.startswith("--"))
         fail_arguments(
-            f"no tool named {tool!r} to take {flags or ' '.join(ctx.args)}; `xcsh-run list` shows the tools found",
+            f"no tool named {tool!r} to take {flags or ' '.join(extra)}; `xcsh-run list` shows the tools found",
             as_json,
         )
-    fields, reserved = split_reserved(fields_of(info["parameters"]), run_options)
+    fields, reserved = split_reserved(fields_of(info["parameters"]), options)
     if help:
-        typer.echo(visible(tool_help(info, fields, reserved)))  # its description is the tool's text
-        typer.echo("Run options (for every tool):\n")
-        typer.echo(ctx.get_help())
+        typer.echo(
+            tool_help(ctx, usage_of(info["name"], shown if source is not None else None), info, fields, reserved)
+        )
         raise typer.Exit(0)
-    return parse_field_flags(ctx.args, fields, run_options, as_json)
+    return info["name"], parse_field_flags(extra, fields, options, as_json)
+
+
+def usage_of(name: str, file: str | None) -> str:
+    """The command line that runs a tool: ``xcsh-run NAME`` (``run NAME`` for a command's name), or the file's."""
+    from xcsh_run.fuzz import COMMANDS
+
+    if file is not None:
+        return f"xcsh-run {file}"
+    return f"xcsh-run run {name}" if name in COMMANDS else f"xcsh-run {name}"
+
+
+_LOCATION: Final = re.compile(r"(?: - at `\$[^`]*`| \(at \$[^)]*\))$")
+_TOP_FIELD: Final = re.compile(r"^\$\.(?P<name>[^.\[]+)(?P<rest>.*)$")
+
+
+def name_flags(
+    result: ToolResult,
+    parameters: Mapping[str, Any],
+    options: Iterable[str],
+    arguments: Mapping[str, Any],
+    flagged: Collection[str],
+    from_json: bool,
+) -> ToolResult:
+    """``result``, with an ``invalid_arguments`` message that names the flag a refused value came from.
+
+    The tool's checker (msgspec in the worker, jsonschema in the host) names a
+    JSON path: ``$.n``. A top-level field given as a flag (``flagged``) is
+    named by its flag instead (``--n: ...``); a required field missing is its
+    flag (``--path is required``) unless the arguments came from ``--args``
+    alone (``from_json``). A value from ``--args`` keeps its JSON path, and
+    ``error.path`` stays the JSON path for programs.
+    """
+    error = result.error
+    if error is None or error.kind != "invalid_arguments" or (from_json and not flagged):
+        return result
+    fields = {f.name: f for f in split_reserved(fields_of(parameters), options)[0]}
+    head, sep, text = error.message.partition(": ")
+    if not sep or not head.startswith("invalid arguments for "):
+        return result
+    path = error.path or "$"
+    top = _TOP_FIELD.match(path)
+    if top is not None and top["name"] in flagged and top["name"] in fields:
+        said = _LOCATION.sub("", text)
+        if said.startswith("Expected") and not top["rest"]:  # msgspec's says what it expected, not what it got
+            said += f", got {json.dumps(arguments.get(top['name']), ensure_ascii=False)}"
+        named = f"{fields[top['name']].flag}: {said}" + (f" (at {path})" if top["rest"] else "")
+    elif path == "$" and "required" in text:
+        missing = [f.flag for f in fields.values() if f.required and f.name not in arguments]
+        if not missing:
+            return result
+        named = f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} required"
+    else:
+        return result
+    message = f"{head}: {named}"
+    content = [{"type": "text", "text": message}]
+    return msgspec.structs.replace(result, content=content, error=msgspec.structs.replace(error, message=message))

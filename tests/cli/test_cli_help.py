@@ -85,16 +85,17 @@ def test_tool_help_shows_description_fields_types_defaults_and_choices(project: 
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "Counts the words of a text." in out
-    assert "--text string" in out and "[required]" in out
-    assert "--top integer" in out and "default: 5" in out
-    assert "--max-count integer" in out  # `_` also as `-`
-    assert "--mode {chars|words}" in out and "one of: chars, words" in out
-    assert "--tags string (repeatable)" in out
-    assert "--lower/--no-lower" in out
-    assert "--ratio number" in out
+    assert out.startswith("Usage: xcsh-run word_freq [OPTIONS]\n")
+    assert "--text TEXT" in out and "[required]" in out
+    assert "--top INTEGER" in out and "[default: 5]" in out
+    assert "--max-count INTEGER" in out  # `_` also as `-`
+    assert "--mode [chars|words]" in out and "[default: words]" in out
+    assert "--tags TEXT" in out and "[repeatable]" in out
+    assert "--lower / --no-lower" in out
+    assert "--ratio NUMBER" in out
     assert "--options JSON" in out
-    assert "timeout: only through --args (--timeout is a run option)" in out
-    # Then the generic run options.
+    assert "Only through --args (--timeout is a run option)" in out
+    # Then the common run options, briefly.
     assert out.index("Run options") > out.index("--options JSON")
     assert "--args" in out.split("Run options", 1)[1]
 
@@ -102,9 +103,9 @@ def test_tool_help_shows_description_fields_types_defaults_and_choices(project: 
 def test_tool_help_of_a_json_schema_tool(project: Path) -> None:
     proc = run("run", "shape", "--help", cwd=project)
     assert proc.returncode == 0, proc.stderr
-    assert "--kind {circle|square}" in proc.stdout
-    assert "Which shape to draw. [required; one of: circle, square]" in proc.stdout
-    assert "--size {1|2|3}" in proc.stdout
+    assert "--kind [circle|square]" in proc.stdout
+    assert "Which shape to draw.  [required]" in proc.stdout
+    assert "--size [1|2|3]" in proc.stdout
 
 
 def test_field_flags_become_arguments(project: Path) -> None:

@@ -36,7 +36,7 @@ def test_new_scaffolds_a_tool_that_runs_and_a_test_that_passes(project: Path) ->
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout == "hi hi hi\n"
     helped = run("word_count", "--help", cwd=project)
-    assert "--repeat integer" in helped.stdout and "How many times." in helped.stdout
+    assert "--repeat INTEGER" in helped.stdout and "How many times." in helped.stdout
     tested = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test.relative_to(project))],
         cwd=project,
