@@ -18,6 +18,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 
+from xcsh_run._cli.complete import complete_choices
 from xcsh_run._config import DEFAULT_TIMEOUT
 from xcsh_run._config import check_seconds as _check_seconds
 from xcsh_run._errors import ConfigError
@@ -165,7 +166,13 @@ class SandboxOptions:
     def __init__(
         self,
         level: Annotated[
-            str, typer.Option("--sandbox", help="none, contained or strict.", rich_help_panel=_SANDBOX)
+            str,
+            typer.Option(
+                "--sandbox",
+                help="none, contained or strict.",
+                rich_help_panel=_SANDBOX,
+                autocompletion=complete_choices(*LEVELS),
+            ),
         ] = "contained",
         memory_mb: Annotated[
             int | None, typer.Option("--memory-mb", help="Memory of the tool's whole process tree [1024].")
@@ -204,7 +211,14 @@ class SandboxOptions:
                 help="Every environment variable whose name starts with PREFIX, secrets included (repeatable).",
             ),
         ] = None,
-        network: Annotated[str, typer.Option("--network", help="strict: off, or netns (also no interfaces).")] = "off",
+        network: Annotated[
+            str,
+            typer.Option(
+                "--network",
+                help="strict: off, or netns (also no interfaces).",
+                autocompletion=complete_choices("off", "netns"),
+            ),
+        ] = "off",
         allow_connect: Annotated[
             list[int] | None,
             typer.Option(
