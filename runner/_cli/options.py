@@ -18,6 +18,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 
+from xcsh_run._cli.complete import complete_choices
 from xcsh_run._config import DEFAULT_TIMEOUT
 from xcsh_run._config import check_seconds as _check_seconds
 from xcsh_run._errors import ConfigError
@@ -180,6 +181,7 @@ class SandboxOptions:
                 metavar="[" + "|".join(LEVELS) + "]",
                 help="How contained a tool is: none, contained or strict (docs/sandbox.md).",
                 rich_help_panel=_SANDBOX,
+                autocompletion=complete_choices(*LEVELS),
             ),
         ] = "contained",
         memory_mb: Annotated[
@@ -232,7 +234,13 @@ class SandboxOptions:
             ),
         ] = None,
         network: Annotated[
-            str, typer.Option("--network", metavar="[off|netns]", help="strict: off, or netns (also no interfaces).")
+            str,
+            typer.Option(
+                "--network",
+                metavar="[off|netns]",
+                help="strict: off, or netns (also no interfaces).",
+                autocompletion=complete_choices("off", "netns"),
+            ),
         ] = "off",
         allow_connect: Annotated[
             list[int] | None,

@@ -25,7 +25,7 @@ import typer
 from xcsh_run import _startup
 from xcsh_run._cli.app import app
 from xcsh_run._cli.app import run_main as _run
-from xcsh_run._cli.complete import complete_tool
+from xcsh_run._cli.complete import RunCommand, complete_choices, complete_tool
 from xcsh_run._cli.options import (
     EXIT_BY_KIND,
     ApproveOpt,
@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     from xcsh_run._host import Runner
 
 
-@app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command("run", cls=RunCommand, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 @with_sandbox_options
 def run_command(
     ctx: typer.Context,
@@ -105,6 +105,7 @@ def run_command(
             metavar="[ask|apply|discard]",
             help="What to do with previews the tool left for `resolve`: apply, discard, or ask "
             "(on a terminal; without one, discard and exit 3).",
+            autocompletion=complete_choices("ask", "apply", "discard"),
         ),
     ] = "ask",
     cwd: CwdOpt = None,
@@ -285,6 +286,13 @@ def _load(
 def list_command(
     tools: ToolsOpt = None,
     as_json: JsonOpt = False,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Print only the modules that failed to load, nothing when none did (for pre-commit and CI).",
+        ),
+    ] = False,
     load_timeout: LoadTimeoutOpt = DEFAULT_LOAD_TIMEOUT,
     log_file: LogFileOpt = None,
     verbose: VerboseOpt = 0,
@@ -292,19 +300,43 @@ def list_command(
     *,
     sandbox: SandboxPolicy,
 ) -> None:
-    """Show every tool found (name, label, source, path) and every module that failed to load, with why."""
+    """Show every tool found (name, label, source, path) and every module that failed to load, with why.
+
+    \b
+    Exit codes:
+      0  every module found loaded (a shadowed one is not loaded, and is no failure)
+      1  a module, or a tool of one, failed to load (--check prints only those)
+      2  usage error
+    130  interrupted
+    """
+    if check and as_json:
+        fail(
+            "give --check or --json, not both: `list --json` has the same failures in `errors`, and the same exit code"
+        )
     configure_log_file(log_file, verbose=verbose)
     found, errors, warnings = _load(tools, load_timeout, sandbox)
-    warn(warnings)
-    if as_json:
-        typer.echo(json_text({"tools": found, "errors": errors, "warnings": warnings}, indent=2))
-        return
+    failed = [e for e in errors if not e.get("shadowed_by")]
+    # The module cache keeps a load error as the worker said it: a cached list fails as the first did.
+    code = ExitCode.TOOL_ERROR if failed else ExitCode.OK
     cwd = os.getcwd()
-    typer.echo(f"Project root: {project_root(cwd)}")
 
     def rel(path: str) -> str:
         return os.path.relpath(path, cwd) if path.startswith(cwd + os.sep) else path
 
+    def failure(e: dict[str, Any]) -> str:
+        return visible(f"{rel(e['path'])} [{source_label(e)}]: {e['message'].removeprefix(e['path'] + ': ')}")
+
+    if check:
+        # Nothing but the failures: silent when all is well, as a pre-commit hook should be.
+        for e in failed:
+            typer.echo(failure(e))
+        _say_failed(failed)
+        raise typer.Exit(int(code))
+    warn(warnings)
+    if as_json:
+        typer.echo(json_text({"tools": found, "errors": errors, "warnings": warnings}, indent=2))
+        raise typer.Exit(int(code))
+    typer.echo(f"Project root: {project_root(cwd)}")
     if found:
         typer.echo("Tools:")
         width = max(len(t["name"]) for t in found)
@@ -317,17 +349,28 @@ def list_command(
                 typer.echo(visible(f"  {'':<{width}}  {needs}"))
     else:
         typer.echo("No tools found (see `xcsh-run --help` for where tools are looked for).")
-    failed = [e for e in errors if not e.get("shadowed_by")]
     shadowed = [e for e in errors if e.get("shadowed_by")]
     if failed:
         typer.echo("\nFailed to load:")
         for e in failed:
-            message = e["message"].removeprefix(e["path"] + ": ")
-            typer.echo(visible(f"  {rel(e['path'])} [{source_label(e)}]: {message}"))
+            typer.echo(f"  {failure(e)}")
     if shadowed:
         typer.echo("\nShadowed (not loaded):")
         for e in shadowed:
             typer.echo(visible(f"  {rel(e['path'])} [{source_label(e)}]: by {rel(e['shadowed_by'])}"))
+    _say_failed(failed)
+    raise typer.Exit(int(code))
+
+
+def _say_failed(failed: list[dict[str, Any]]) -> None:
+    """How to go on from what failed to load, on stderr, after the failures (nothing if none)."""
+    if failed:
+        what = "a module failed" if len(failed) == 1 else f"{len(failed)} modules or tools failed"
+        typer.echo(
+            f"xcsh-run: {what} to load; each line above names the file, where it was found, and why. "
+            "Fix it and run `xcsh-run list --check` to check again",
+            err=True,
+        )
 
 
 @app.command("describe")
@@ -338,10 +381,8 @@ def describe_command(
     cwd: CwdOpt = None,
 ) -> None:
     """Print a tool's JSON Schema and flags as JSON."""
-    info, warnings = lookup_tool(tool, tools or (), load_timeout, SandboxPolicy())
+    info, warnings = lookup_tool(tool, tools or (), load_timeout, SandboxPolicy(), missing_fails=True)
     warn(warnings)
-    if info is None:
-        fail(f"no tool named {tool!r}; `xcsh-run list` shows the tools found")
     typer.echo(json_text(info, indent=2))
 
 

@@ -296,6 +296,7 @@ def lookup_tool(
     as_json: bool = False,
     source: str | None = None,
     shown: str = "",
+    missing_fails: bool = False,
 ) -> tuple[dict[str, Any] | None, list[str]]:
     """The tool's description as the runner has it, and the warnings; no worker when the cache knows it.
 
@@ -305,7 +306,10 @@ def lookup_tool(
 
     A tool no module defines ends the command as a run of it would: a module
     that failed to load and could define it is a ``load_error`` (exit 1, with
-    the reason), else ``not_found`` (exit 2).
+    the reason), else ``not_found`` (exit 2). The ``not_found`` is the
+    caller's to report (None), unless ``missing_fails``: then it is a usage
+    error with the run's own message, which names the tools close to ``tool``
+    (did you mean ...?) or the known ones.
     """
 
     async def main(_: Signals) -> tuple[dict[str, Any] | None, list[str], ToolResult | None, str | None]:
@@ -335,6 +339,9 @@ def lookup_tool(
         else:
             print_text(missing)
         raise typer.Exit(int(ExitCode.TOOL_ERROR))
+    if missing is not None and missing.error is not None and missing_fails:
+        warn(warnings)
+        fail(missing.error.message)
     return info, warnings
 
 
