@@ -37,12 +37,12 @@ T = TypeVar("T")
 
 @contextlib.contextmanager
 def open_blocking_runner(tool_paths: Sequence[str] = (), **options: Any) -> Iterator[BlockingRunner]:
-    """:func:`open_runner` for plain programs: a context manager owning a runner thread.
+    """[`open_runner`][xcsh_run.open_runner] for plain programs: a context manager owning a runner thread.
 
     Leaving the block stops every worker (after ``shutdown`` is delivered) and
     joins the thread; nothing is left running, even after an exception. Calls
     still running in other threads then end with a ``cancelled`` result, and
-    later ones raise :class:`ConfigError`.
+    later ones raise [`ConfigError`][xcsh_run.ConfigError].
     """
     ready = threading.Event()
     box: dict[str, Any] = {}
@@ -104,7 +104,7 @@ def _in_thread(fn: Callable[[], T]) -> concurrent.futures.Future[T]:
 
 @contextlib.asynccontextmanager
 async def open_asyncio_runner(tool_paths: Sequence[str] = (), **options: Any) -> AsyncIterator[AsyncioRunner]:
-    """:func:`open_runner` for asyncio programs (``async with open_asyncio_runner(...) as runner``).
+    """[`open_runner`][xcsh_run.open_runner] for asyncio programs (``async with open_asyncio_runner(...) as runner``).
 
     Opening and closing run in a thread of their own, and are seen through even
     when the task is cancelled meanwhile: no runner is ever left running.
@@ -142,7 +142,7 @@ def run_tool_sync(
 ) -> ToolResult:
     """Load tools, run one call and stop every worker; blocks the calling thread.
 
-    ``runner_options`` are those of :func:`open_runner` (``tool_paths`` alone
+    ``runner_options`` are those of [`open_runner`][xcsh_run.open_runner] (``tool_paths`` alone
     when given, unless ``discover_sources=True``). The result is the
     call's single terminal result; nothing is left running when this returns.
     """
