@@ -57,7 +57,7 @@ def _path_or_none(value: str | os.PathLike[str] | None) -> str | None:
 
 @dataclass(frozen=True, kw_only=True)
 class RunnerConfig:
-    """Every option of :func:`open_runner`, checked once.
+    """Every option of [`open_runner`][xcsh_run.open_runner], checked once.
 
     Immutable: a runner reads its configuration and never changes it. Raises
     ConfigError on construction for any value out of range.
@@ -90,7 +90,7 @@ class RunnerConfig:
         cache_dir: where; default ``$XDG_CACHE_HOME/xcsh-run`` or ``~/.cache/xcsh-run``.
         home: the user's home for discovery; default ``$HOME``.
         sandbox: the policy of every worker (default: ``SandboxPolicy()``,
-            the ``contained`` level). See :class:`SandboxPolicy`.
+            the ``contained`` level). See [`SandboxPolicy`][xcsh_run.SandboxPolicy].
         tool_policies: per-tool policies by tool name, instead of ``sandbox``
             (kept by name, whatever module defines it: the caller chose them).
         max_workers: calls running at once (each in its own worker); more wait

@@ -27,7 +27,7 @@ class ErrorInfo(msgspec.Struct, frozen=True, omit_defaults=True):
     """Structured evidence for an error result.
 
     Attributes:
-        kind: one of :class:`ErrorKind`'s values.
+        kind: one of [`ErrorKind`][xcsh_run.ErrorKind]'s values.
         message: a sentence for the model and for people.
         exit_code: the worker's exit status, when it exited.
         signal: the signal that killed the worker (``"SIGSEGV"``), when one did.
@@ -78,7 +78,7 @@ class ToolResult(msgspec.Struct, frozen=True):
     "audio", "data": <base64>, "mimeType"}``, ``{"type": "resource", "resource":
     {"uri", "mimeType"?, "text" | "blob"}}`` and ``{"type": "resource_link",
     "uri", "name", "title"?, "description"?, "mimeType"?, "size"?}``, each with
-    optional ``annotations`` and ``_meta``; :func:`describe_block` summarises
+    optional ``annotations`` and ``_meta``; `describe_block` summarises
     one in a line. ``details`` is any JSON. ``is_error`` is False only for a
     normal return; then ``error`` is None.
     """

@@ -131,7 +131,10 @@ class AudioContent(
 
 
 class ResourceContents(msgspec.Struct, frozen=True, omit_defaults=True, rename={"mime_type": "mimeType"}):
-    """What an :class:`EmbeddedResource` holds: a ``uri`` and exactly one of ``text`` or ``blob`` (base64)."""
+    """What an [`EmbeddedResource`][xcsh_run.pi.EmbeddedResource] holds.
+
+    A ``uri`` and exactly one of ``text`` or ``blob`` (base64).
+    """
 
     uri: str
     text: str | None = None
@@ -267,11 +270,11 @@ class CustomTool:
         name: unique in the registry; what the model calls.
         label: a short human name for displays (default: ``name``).
         description: what the tool does, for the model.
-        parameters: a :class:`msgspec.Struct` type (``params`` arrives as an
+        parameters: a `msgspec.Struct` type (``params`` arrives as an
             instance, validated in the worker) or a JSON Schema ``dict`` whose
             root is an object (``params`` arrives as a dict, validated in the host).
         execute: ``execute(tool_call_id, params, on_update, ctx, signal)``, sync
-            or async (see above). Returns a :class:`ToolResult`, a dict of that shape, or a str.
+            or async (see above). Returns a [`ToolResult`][xcsh_run.pi.ToolResult], a dict of that shape, or a str.
         on_session: optional ``on_session(event, ctx)``, sync or async, called
             with each session event (``event["reason"]`` is ``"start"``,
             ``"shutdown"``, ...) in every live worker; what it raises is logged.
@@ -290,14 +293,14 @@ class CustomTool:
             and the policy's ``wall_seconds``); a call that runs over ends with
             a ``timeout`` result.
         output_schema: optional; what ``details`` look like, as a
-            :class:`msgspec.Struct` type or a JSON Schema ``dict`` whose root is
+            `msgspec.Struct` type or a JSON Schema ``dict`` whose root is
             ``"type": "object"``. MCP clients get it as the tool's
             ``outputSchema`` and the details as ``structuredContent``; a result
             whose details do not match is turned into a ``tool_error``.
-        annotations: optional :class:`ToolAnnotations` (or a dict with MCP's
+        annotations: optional [`ToolAnnotations`][xcsh_run.pi.ToolAnnotations] (or a dict with MCP's
             keys): hints such as read-only or destructive, for clients.
-        icons: optional list of :class:`Icon` (or dicts with MCP's keys).
-        requires: optional :class:`Requires` (or a dict: ``{"programs": ["git"],
+        icons: optional list of [`Icon`][xcsh_run.pi.Icon] (or dicts with MCP's keys).
+        requires: optional [`Requires`][xcsh_run.pi.Requires] (or a dict: ``{"programs": ["git"],
             "paths": {"read": [...], "write": [...]}, "network": ["tcp:443"]}``):
             what the tool needs under the ``strict`` sandbox. Shown by
             ``xcsh-run describe`` and ``list``; never granted by itself (the
@@ -312,7 +315,7 @@ class CustomTool:
         expected_errors: exception classes (a class or a tuple) this tool
             raises on purpose, e.g. ``(FileNotFoundError, PermissionError)``:
             an exception of one of them, or of a subclass, is a deliberate
-            ``tool_error``, like :class:`ToolError` (``xcsh-run fuzz`` does not
+            ``tool_error``, like [`ToolError`][xcsh_run.pi.ToolError] (``xcsh-run fuzz`` does not
             count it as a bug).
         keeps_processes: what a call starts and leaves running (a dev server,
             a watcher) lives on after the call until the session or the runner

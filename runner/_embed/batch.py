@@ -62,7 +62,7 @@ class BatchItem:
     """One finished call of a batch.
 
     Attributes:
-        index: the input's index, as the input gave it (:func:`jsonl_inputs`:
+        index: the input's index, as the input gave it ([`jsonl_inputs`][xcsh_run.jsonl_inputs]:
             the line's number minus one).
         result: the call's single result; an input that was not a JSON
             object is an ``invalid_arguments`` result that no worker saw.
@@ -160,7 +160,10 @@ class _Inputs:
 
 
 class BatchResults:
-    """The results of a running :func:`run_batch`: an async iterator of :class:`BatchItem`, in completion order."""
+    """The results of a running batch: an async iterator of [`BatchItem`][xcsh_run.BatchItem], in completion order.
+
+    Get one from [`run_batch`][xcsh_run.run_batch].
+    """
 
     def __init__(
         self, receive: trio.MemoryReceiveChannel[BatchItem], running: dict[int, str], calls: trio.CancelScope
@@ -221,7 +224,7 @@ async def run_batch(
     worker tree they had is gone.
 
     Args:
-        runner: a :class:`Runner`, or anything with its ``call_tool`` contract.
+        runner: a [`Runner`][xcsh_run.Runner], or anything with its ``call_tool`` contract.
         tool: the tool's name.
         inputs: ``(index, arguments)`` pairs, sync or async, pulled lazily. An
             argument value that is not a mapping (a list, a ``ValueError`` for
@@ -305,7 +308,7 @@ def run_batch_sync(
     skip: Container[int] = (),
     timeout: float | None = None,
 ) -> Generator[BatchItem, None, None]:
-    """:func:`run_batch` for plain programs: an iterator of :class:`BatchItem`, in completion order.
+    """[`run_batch`][xcsh_run.run_batch] for plain programs: an iterator of `BatchItem`, in completion order.
 
     ```python
     with open_blocking_runner(["tools/"], max_workers=8) as runner, open("args.jsonl") as lines:
@@ -314,12 +317,12 @@ def run_batch_sync(
     ```
 
     ``concurrency`` threads each take the next input and make one blocking
-    call at a time on ``runner`` (a :class:`BlockingRunner` runs calls from
+    call at a time on ``runner`` (a [`BlockingRunner`][xcsh_run.BlockingRunner] runs calls from
     several threads in parallel). Closing the iterator early
     (``close()``, a ``break`` in a ``with contextlib.closing(...)`` block, a
     ``KeyboardInterrupt`` while it waits) cancels the calls still running
     and returns once every thread is done. The parameters are
-    :func:`run_batch`'s.
+    [`run_batch`][xcsh_run.run_batch]'s.
     """
     _check(concurrency)
     return _run_batch_sync(runner, tool, iter(inputs), concurrency, skip, timeout)

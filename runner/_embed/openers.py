@@ -38,7 +38,7 @@ T = TypeVar("T")
 def open_blocking_runner(
     tool_paths: Sequence[str] = (), **options: Unpack[RunnerOptions]
 ) -> contextlib.AbstractContextManager[BlockingRunner]:
-    """:func:`open_runner` for plain programs: a context manager owning a runner thread.
+    """[`open_runner`][xcsh_run.open_runner] for plain programs: a context manager owning a runner thread.
 
     It takes `open_runner`'s options (`RunnerOptions`); one it does not know
     is a ``TypeError`` that names the closest one. Leaving the block stops
@@ -114,7 +114,7 @@ def _in_thread(fn: Callable[[], T]) -> concurrent.futures.Future[T]:
 def open_asyncio_runner(
     tool_paths: Sequence[str] = (), **options: Unpack[RunnerOptions]
 ) -> contextlib.AbstractAsyncContextManager[AsyncioRunner]:
-    """:func:`open_runner` for asyncio programs (``async with open_asyncio_runner(...) as runner``).
+    """[`open_runner`][xcsh_run.open_runner] for asyncio programs (``async with open_asyncio_runner(...) as runner``).
 
     It takes `open_runner`'s options (`RunnerOptions`); one it does not know
     is a ``TypeError`` that names the closest one. Opening and closing run in
@@ -160,7 +160,7 @@ def run_tool_sync(
 ) -> ToolResult:
     """Load tools, run one call and stop every worker; blocks the calling thread.
 
-    ``runner_options`` are those of :func:`open_runner` (`RunnerOptions`;
+    ``runner_options`` are those of [`open_runner`][xcsh_run.open_runner] (`RunnerOptions`;
     ``tool_paths`` alone when given, unless ``discover_sources=True``). The
     result is the call's single terminal result; nothing is left running
     when this returns.

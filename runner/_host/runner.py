@@ -61,9 +61,9 @@ _BLOCK: Final = "async with open_runner(...)"
 
 
 class Runner(RunnerSettings):
-    """Owns tool workers. Get one from :func:`open_runner`; it has no public constructor.
+    """Owns tool workers. Get one from [`open_runner`][xcsh_run.open_runner]; it has no public constructor.
 
-    Every call ends in exactly one :class:`ToolResult`; :meth:`call_tool`
+    Every call ends in exactly one [`ToolResult`][xcsh_run.ToolResult]; [`call_tool`][xcsh_run.Runner.call_tool]
     raises only ``trio.Cancelled`` (after the worker's tree is gone) when the
     *caller's* scope is cancelled. See ``xcsh_run._calls.lifecycle`` for the ladder.
 
@@ -175,7 +175,7 @@ class Runner(RunnerSettings):
         called. Modules load in parallel (bounded by the core count) but are
         merged in precedence order, so the first definition of a name wins.
         With ``wanted_tool``, loading stops once that name's definition is
-        settled (see :func:`open_runner`). ``discover_sources`` None: as the
+        settled (see [`open_runner`][xcsh_run.open_runner]). ``discover_sources`` None: as the
         runner was opened (``config.discover_sources``, which also decided
         whether the config files' grants were read).
         """
@@ -219,7 +219,7 @@ class Runner(RunnerSettings):
                 and the tool's own timeout wins (``default_timeout`` when neither
                 this nor the policy gives one). It starts when the call leaves the queue
                 (see ``queue_timeout``); starting a worker counts against it.
-            tool_call_id: an id for :meth:`cancel` and for the tool; generated if absent.
+            tool_call_id: an id for [`cancel`][xcsh_run.Runner.cancel] and for the tool; generated if absent.
             ctx: read-only state shared with the tool as ``ctx``.
             sandbox: this call's policy, instead of the tool's or the runner's.
             operation_id: groups calls into one operation: a tool's
@@ -269,7 +269,7 @@ class Runner(RunnerSettings):
 
     @property
     def context(self) -> dict[str, Any]:
-        """The state shared with tools as ``ctx`` (see :meth:`set_context`)."""
+        """The state shared with tools as ``ctx`` (see [`set_context`][xcsh_run.Runner.set_context])."""
         return self._bridge.context
 
     @context.setter
@@ -309,7 +309,7 @@ class Runner(RunnerSettings):
         becomes a warning (returned, and logged), never an error. The hooks'
         ``ctx.sessionManager`` shows ``session_id``'s history (the runner's
         ``"default"`` session if None): for ``switch``/``branch``/``tree``, call
-        :meth:`set_session_history` first with the branch now current.
+        [`set_session_history`][xcsh_run.Runner.set_session_history] first with the branch now current.
         """
         self._check_open()
         return await self._emit(event, timeout, session_id)
@@ -462,11 +462,11 @@ async def open_runner(
         cwd: and every other keyword: a field of `RunnerConfig`, which documents
             them all (``default_timeout``, ``grace``, ``load_timeout``, ``sandbox``,
             ``max_workers``, ``spare_workers``, ``wanted_tool``, ...).
-        config: the same options as one :class:`RunnerConfig`, instead of the
+        config: the same options as one [`RunnerConfig`][xcsh_run.RunnerConfig], instead of the
             keywords (which must then be left at their defaults).
 
     Raises:
-        ConfigError: an option out of range (see :class:`RunnerConfig`).
+        ConfigError: an option out of range (see [`RunnerConfig`][xcsh_run.RunnerConfig]).
         SandboxUnavailable: a policy asks for what this machine cannot
             enforce (the message names the missing kernel feature).
 

@@ -57,9 +57,9 @@ class _Flight:
 
 
 class RayRunner:
-    """Calls on a Ray cluster with the contract of :class:`Runner`: its registry, calls and closing.
+    """Calls on a Ray cluster with the contract of [`Runner`][xcsh_run.Runner]: its registry, calls and closing.
 
-    Get one from :func:`open_ray_runner`. Every method is for the trio thread
+    Get one from [`open_ray_runner`][xcsh_run.open_ray_runner]. Every method is for the trio thread
     that opened it. The members it shares with `Runner` have its parameters
     and docstrings, with a note on what differs over Ray; the settings and the
     host API stay with each node's runner. ``nodes``, ``add_nodes``,

@@ -281,7 +281,7 @@ async def open_ray_runner(
         start_timeout: seconds for every node to start its runner (shipping the files included).
         close_timeout: seconds for the nodes to stop their workers on close.
         init_options: more keywords for ``ray.init`` when this opens the connection.
-        options: the options of :func:`open_runner` that apply on every node:
+        options: the options of [`open_runner`][xcsh_run.open_runner] that apply on every node:
             ``default_timeout``, ``grace``, ``load_timeout``, ``sandbox``,
             ``tool_policies``, ``max_workers``, ``queue_timeout``, ``cache``, ``cache_dir``, ...
 

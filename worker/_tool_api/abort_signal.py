@@ -16,7 +16,7 @@ from collections.abc import Callable
 class ToolCancelled(BaseException):
     """Raised inside a synchronous tool when the host cancels its call.
 
-    It derives from :class:`BaseException`, like ``KeyboardInterrupt``, so that
+    It derives from `BaseException`, like ``KeyboardInterrupt``, so that
     a tool's ``except Exception:`` cannot swallow it by accident.
     """
 
@@ -100,7 +100,7 @@ class AbortSignal:
         callback(self.reason or "cancelled")
 
     def throw_if_aborted(self) -> None:
-        """Raise :class:`ToolCancelled` if the call has been aborted."""
+        """Raise [`ToolCancelled`][xcsh_run.pi.ToolCancelled] if the call has been aborted."""
         if self._aborted:
             raise ToolCancelled(self.reason or "cancelled")
 

@@ -20,7 +20,7 @@ _NETWORK = re.compile(r"tcp:(\d{1,5})")
 class Requires(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True):
     """A tool's needs under ``strict``; ``CustomTool(requires=...)`` takes this or a dict of the same keys.
 
-    Args:
+    Attributes:
         programs: programs it runs, by name on PATH or absolute path (``--allow-exec``).
         read: paths it reads outside its folder and the project (``--allow-read``).
         write: paths it writes outside its private HOME and TMPDIR (``--allow-write``).
