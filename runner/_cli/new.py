@@ -1,130 +1,127 @@
 """``xcsh-run new NAME``: a working tool and its test, in the project's ``.xcsh/tools``.
 
-The project is the nearest folder, from the current one up, holding ``.xcsh``
-(else ``.git``), as discovery finds it; with neither, the current folder.
-Nothing is overwritten: an existing tool or test file is a usage error.
+Rules of the command:
+
+1. **Where**: the project is the nearest folder, from the current one up,
+   holding ``.xcsh`` (else ``.git``), as discovery finds it; with neither, the
+   current folder.
+2. **Nothing is overwritten**: an existing tool or test file is a usage error.
+3. **A name discovery finds**: a Python identifier, not a keyword, not
+   starting with ``_`` (discovery skips such files); anything else is a usage
+   error that suggests a name that is (``my-tool``: ``my_tool``).
+4. **What it prints works**: the command that tries the tool, unless the
+   tool cannot run yet (a TypeScript tool without Bun): then a warning with
+   the command that gets Bun, and the try for afterwards.
 """
 
 from __future__ import annotations
 
 import keyword
 import os
+import re
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from xcsh_run._cli.app import app
+from xcsh_run._cli.new_templates import TEMPLATES, TYPESCRIPT, render
 from xcsh_run._cli.options import CwdOpt, fail
 from xcsh_run._project import project_root
 
-PY_TOOL = '''"""{name}: a tool for xcsh-run.
 
-Run it: xcsh-run {name} --text hello --repeat 2; its flags: xcsh-run {name} --help.
-"""
-
-from __future__ import annotations
-
-from typing import Annotated
-
-import msgspec
-
-from xcsh_run.pi import CustomTool, ToolResult
-
-
-class Params(msgspec.Struct, forbid_unknown_fields=True):
-    """The arguments, checked in the worker before execute runs; flags and --help come from them."""
-
-    text: Annotated[str, msgspec.Meta(description="The text to echo.")]
-    repeat: Annotated[int, msgspec.Meta(ge=1, le=10, description="How many times.")] = 1
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a new tool's (rule 3), with a valid name to use instead; None if it can."""
+    if not name:
+        return "the tool name is empty; give one such as word_count"
+    if name.isidentifier() and not keyword.iskeyword(name) and not name.startswith("_"):
+        return None
+    if keyword.iskeyword(name):
+        why = "is a Python keyword"
+    elif name.startswith("_") and name.isidentifier():
+        why = "starts with _, and discovery skips the modules whose name does"
+    else:
+        why = "is not a Python identifier (letters, digits and _, starting with a letter)"
+    suggestion = _suggest(name)
+    hint = f"; did you mean {suggestion!r}?" if suggestion else "; give one such as word_count"
+    return f"tool name {name!r} {why}{hint}"
 
 
-def factory(api: object) -> CustomTool:
-    def execute(tool_call_id: str, params: Params, on_update: object, ctx: object, signal: object) -> ToolResult:
-        text = " ".join([params.text] * params.repeat)
-        return ToolResult(content=[{{"type": "text", "text": text}}], details={{"length": len(text)}})
-
-    return CustomTool(
-        name="{name}",
-        label="{label}",
-        description="Echo a text, repeated. (Say here what the tool does: this is what the model reads.)",
-        parameters=Params,
-        execute=execute,
-    )
-'''
-
-PY_TEST = '''"""Tests of the {name} tool: a call through a real worker, then fuzzing with arguments from its schema."""
-
-from pathlib import Path
-
-from xcsh_run import assert_fuzz_clean, run_tool_sync
-
-TOOL = str(Path(__file__).resolve().parent.parent / ".xcsh" / "tools" / "{name}.py")
-
-
-def test_{name}_echoes() -> None:
-    result = run_tool_sync("{name}", {{"text": "hi", "repeat": 2}}, tool_paths=[TOOL], timeout=30)
-    assert not result.is_error, result.error
-    assert result.text == "hi hi"
-    assert result.details == {{"length": 5}}
-
-
-def test_{name}_survives_fuzzing() -> None:
-    assert_fuzz_clean("{name}", tool_paths=[TOOL], examples=30, seed=0)
-'''
-
-TS_TOOL = """// {name}: a TypeScript tool, run by Bun in its own sandboxed worker (docs/typescript.md).
-// The factory gets the tool API (`pi`); the schema is TypeBox, validated by the host as JSON Schema.
-// The type-only import below is erased when Bun loads the file: nothing needs to be installed for it.
-import type {{ CustomToolFactory }} from "@f5-sales-demo/xcsh";
-
-const factory: CustomToolFactory = (pi) => ({{
-  name: "{name}",
-  label: "{label}",
-  description: "Echo a text, repeated. (Say here what the tool does: this is what the model reads.)",
-  parameters: pi.typebox.Type.Object({{
-    text: pi.typebox.Type.String({{ description: "The text to echo." }}),
-    repeat: pi.typebox.Type.Optional(pi.typebox.Type.Integer({{ minimum: 1, maximum: 10, default: 1 }})),
-  }}),
-  async execute(toolCallId, params, onUpdate, ctx, signal) {{
-    const text = Array(params.repeat ?? 1).fill(params.text).join(" ");
-    return {{ content: [{{ type: "text", text }}], details: {{ length: text.length }} }};
-  }},
-}});
-
-export default factory;
-"""
-
-TS_TEST = PY_TEST.replace('"{name}.py"', '"{name}.ts"')
-"""The Python test runs the TypeScript tool as users will: through xcsh-run, its worker and its sandbox."""
+def _suggest(name: str) -> str:
+    """The nearest valid name: its runs of letters and digits joined by ``_``; ``tool_`` first if a digit leads."""
+    suggestion = "_".join(re.findall(r"[^\W_]+", name))
+    if suggestion[:1].isdigit():
+        suggestion = f"tool_{suggestion}"
+    if keyword.iskeyword(suggestion):
+        suggestion = f"{suggestion}_tool"
+    return suggestion if suggestion.isidentifier() else ""
 
 
 @app.command("new")
 def new_command(
     name: Annotated[str, typer.Argument(help="The tool's name: a Python identifier, e.g. word_freq.")],
-    ts: Annotated[bool, typer.Option("--ts", help="A TypeScript tool, run by Bun (docs/typescript.md).")] = False,
+    template: Annotated[
+        str,
+        typer.Option(
+            "--template",
+            "-t",
+            help="What the tool shows: " + "; ".join(f"{key}: {t.about}" for key, t in TEMPLATES.items()) + ".",
+        ),
+    ] = "basic",
+    ts: Annotated[
+        bool, typer.Option("--ts", help="The basic tool in TypeScript, run by Bun (docs/typescript.md).")
+    ] = False,
     cwd: CwdOpt = None,
 ) -> None:
-    """Create a working tool in the project's .xcsh/tools, with a test that passes as generated."""
-    if not name.isidentifier() or keyword.iskeyword(name):
-        fail(f"tool name {name!r} is not a Python identifier (letters, digits and _, not starting with a digit)")
+    """Create a working tool in the project's .xcsh/tools, with a test that passes as generated.
+
+    \b
+    Exit codes:
+      0  written (with a warning on stderr if the tool cannot run yet: a TypeScript tool without Bun)
+      2  usage error: a name discovery would not find (a valid one is suggested), an unknown
+         --template, or a tool or test file that already exists (nothing is written)
+    """
+    problem = name_problem(name)
+    if problem is not None:
+        fail(problem)
+    if template not in TEMPLATES:
+        fail(f"unknown --template {template!r}; the templates: {', '.join(TEMPLATES)}")
+    if ts and template != "basic":
+        fail(f"--ts writes the basic tool only; --template {template} is a Python template (drop --ts)")
+    scaffold = TYPESCRIPT if ts else TEMPLATES[template]
     root = Path(project_root(os.getcwd()))
-    suffix = ".ts" if ts else ".py"
-    tool = root / ".xcsh" / "tools" / f"{name}{suffix}"
+    tool = root / ".xcsh" / "tools" / f"{name}{'.ts' if ts else '.py'}"
     test = root / "tests" / f"test_{name}.py"
     existing = [str(path) for path in (tool, test) if path.exists()]
     if existing:
         fail(f"{' and '.join(existing)} already exist{'s' if len(existing) == 1 else ''}; nothing was written")
     label = name.replace("_", " ").capitalize()
-    texts = (TS_TOOL, TS_TEST) if ts else (PY_TOOL, PY_TEST)
-    for path, text in zip((tool, test), texts, strict=True):
+    for path, text in ((tool, scaffold.tool), (test, scaffold.test)):
         path.parent.mkdir(parents=True, exist_ok=True)
         # "x": never clobber a file that appeared since the check above.
         with open(path, "x", encoding="utf-8") as f:
-            f.write(text.format(name=name, label=label))
+            f.write(render(text, name=name, label=label))
         typer.echo(f"created {path}")
     from xcsh_run.fuzz import COMMANDS
 
     run = f"xcsh-run run {name}" if name in COMMANDS else f"xcsh-run {name}"
-    typer.echo(f"try: {run} --text hello --repeat 2    (and: {run} --help)")
-    typer.echo(f"test: python -m pytest {test.relative_to(root)}")
+    flags = render(scaffold.try_flags, tool=os.path.relpath(tool))
+    tried = f"{run} {flags}    (and: {run} --help)"
+    tested = f"python -m pytest {os.path.relpath(test)}"
+    blocker = _cannot_run_yet(tool) if ts else None
+    if blocker is None:
+        typer.echo(f"try: {tried}")
+        typer.echo(f"test: {tested}")
+        return
+    typer.echo(f"xcsh-run: warning: {blocker}", err=True)
+    typer.echo(f"then try: {tried}")
+    typer.echo(f"and test: {tested}")
+
+
+def _cannot_run_yet(tool: Path) -> str | None:
+    """Why a TypeScript tool would fail to load here (no Bun is found), with how to get one; None if it loads."""
+    from xcsh_run._discovery import locate, missing
+
+    if locate() is not None:
+        return None
+    return f"{tool.name} cannot load yet: {missing()}"

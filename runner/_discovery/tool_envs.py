@@ -54,6 +54,7 @@ import itertools
 import json
 import logging
 import os
+import shlex
 import shutil
 import signal
 import stat
@@ -83,6 +84,9 @@ FORMAT: Final = 3  # part of every key: bumped when what an environment holds ch
 BUILD_SECONDS: Final = 900.0
 MARKER: Final = "xcsh-run-env.json"
 INSTALLER_ENV: Final = "XCSH_RUN_ENV_INSTALLER"
+UV_REQUIREMENT: Final = "uv>=0.4"  # what the `uv` extra installs (pyproject.toml)
+# Where no pip can install uv: its own installer (https://docs.astral.sh/uv/).
+_UV_INSTALLER: Final = "curl -LsSf https://astral.sh/uv/install.sh | sh"
 _LINK_DIR: Final = "xcsh-run-worker"
 _PTH: Final = "_xcsh_run_worker.pth"
 _TAIL_LINES: Final = 15
@@ -279,25 +283,42 @@ def _uv() -> str | None:
     return shutil.which("uv") or (beside if os.access(beside, os.X_OK) else None)
 
 
+def _python() -> str:
+    return shlex.quote(sys.executable)
+
+
+def _get_uv() -> str:
+    """The command that puts uv beside xcsh-run's Python, where it is found (what the ``uv`` extra installs)."""
+    install = f"{_python()} -m pip install {shlex.quote(UV_REQUIREMENT)}"
+    return install if importlib.util.find_spec("pip") is not None else f"{_python()} -m ensurepip && {install}"
+
+
 def _installer() -> str:
     chosen = os.environ.get(INSTALLER_ENV, "").strip().lower()
     if chosen not in ("", "uv", "pip"):
-        raise EnvError(f"{INSTALLER_ENV} must be uv or pip, got {chosen!r}")
+        raise EnvError(f"{INSTALLER_ENV} must be uv or pip, got {chosen!r}; set it to one of them, or unset it")
     if chosen == "uv" or (not chosen and _uv()):
         if not _uv():
-            raise EnvError(f"{INSTALLER_ENV}=uv, but no `uv` is on PATH; install uv or unset {INSTALLER_ENV}")
+            raise EnvError(
+                f"{INSTALLER_ENV}=uv, but there is no `uv` on PATH nor beside {sys.executable}; unset "
+                f"{INSTALLER_ENV} to use pip, or install uv beside xcsh-run: `{_get_uv()}`"
+            )
         return "uv"
     if importlib.util.find_spec("pip") is None:
+        if importlib.util.find_spec("ensurepip") is not None:
+            fix = f"give xcsh-run's Python pip: `{_python()} -m ensurepip`"
+        else:
+            fix = f"install uv: `{_UV_INSTALLER}`"
         raise EnvError(
-            "a tool's `# /// script` dependencies need an installer: put `uv` on PATH "
-            f"(https://docs.astral.sh/uv/), or install pip into {sys.prefix}"
+            "a tool's `# /// script` dependencies need an installer, and there is no `uv` on PATH nor beside "
+            f"{sys.executable}, and no pip in {sys.prefix}; {fix}"
         )
     version = importlib.metadata.version("pip")
     if _release(version) < _PIP_MIN:
         raise EnvError(
             f"a tool's `# /// script` dependencies are installed with `pip --python`, which needs pip >= "
-            f"{'.'.join(map(str, _PIP_MIN))}; {sys.prefix} has pip {version}: upgrade it "
-            f"(`{sys.executable} -m pip install -U pip`), or put `uv` on PATH"
+            f"{'.'.join(map(str, _PIP_MIN))}; {sys.prefix} has pip {version}: upgrade it (or put `uv` on PATH): "
+            f"`{_python()} -m pip install -U {shlex.quote('pip>=' + '.'.join(map(str, _PIP_MIN)))}`"
         )
     return "pip"
 
@@ -313,7 +334,7 @@ def _release(version: str) -> tuple[int, ...]:
 def _commands(installer: str, env: ToolEnv) -> list[tuple[list[str], str]]:
     """Each step's argv, and how a person would type it."""
     wheels = "--no-build" if installer == "uv" else "--only-binary :all: --no-build-isolation"
-    install = f"{'uv pip' if installer == 'uv' else 'pip'} install {' '.join(env.requirements)} {wheels}"
+    install = f"{'uv pip' if installer == 'uv' else 'pip'} install {_quoted(env.requirements)} {wheels}"
     if installer == "uv":
         uv = _uv() or "uv"
         return [
@@ -373,10 +394,15 @@ async def _step(argv: Sequence[str], typed: str, meta: ScriptMeta, env: ToolEnv)
             start_new_session=True, deliver_cancel=kill_group, env=installer_environ(os.environ),
         )  # fmt: skip
     except OSError as exc:
-        raise EnvError(f"{meta.path}: could not run {argv[0]} to build its environment: {exc}") from None
+        fix = (
+            f"; set {INSTALLER_ENV}=pip to use pip, or reinstall uv: `{_get_uv()}`" if argv[0] != sys.executable else ""
+        )
+        raise EnvError(f"{meta.path}: could not run {argv[0]} to build its environment: {exc}{fix}") from None
     if done.returncode != 0:
         await trio.to_thread.run_sync(_remove, env.path)
         output = (done.stderr or done.stdout).decode(errors="replace")
+        by_uv = argv[0] != sys.executable
+        check = _check_command(argv[0], env.requirements)
         raise EnvError(
             f"{meta.path}: could not install the dependencies of its `# /// script` block (line {meta.line}): "
             f"`{typed}` failed with exit status {done.returncode}:\n{tail(output)}\n"
@@ -385,7 +411,24 @@ async def _step(argv: Sequence[str], typed: str, meta: ScriptMeta, env: ToolEnv)
             "Only wheels are installed, never a source distribution (its build would run its code on this "
             "machine, outside the sandbox): for a package with no wheel for this platform, build one yourself "
             "(`pip wheel --no-deps NAME -w DIR`) and point PIP_FIND_LINKS (or UV_FIND_LINKS) at DIR."
+            + (f" uv does not read pip.conf: for an index set there, set {INSTALLER_ENV}=pip." if by_uv else "")
+            + f" To check a set as this build resolves it, installing nothing: `{check}`"
         )
+
+
+def _check_command(installer: str, requirements: Sequence[str]) -> str:
+    """The command that resolves ``requirements`` as a build does, and installs nothing.
+
+    ``installer`` is the build's: uv's path, or this Python (pip's).
+    """
+    if installer == sys.executable:
+        return f"{_python()} -m pip install --dry-run --ignore-installed --only-binary :all: -- {_quoted(requirements)}"
+    lines = _quoted(requirements)
+    return f"printf '%s\\n' {lines} | {shlex.quote(installer)} pip compile --no-build --python {_python()} -"
+
+
+def _quoted(words: Sequence[str]) -> str:
+    return " ".join(shlex.quote(word) for word in words)
 
 
 def tail(output: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -62,11 +63,40 @@ def test_new_refuses_to_overwrite(project: Path) -> None:
     assert not (project / ".xcsh" / "tools" / "other.py").exists()
 
 
-@pytest.mark.parametrize("name", ["1bad", "a-b", "class", "with space", ""])
-def test_new_rejects_a_name_that_is_not_an_identifier(project: Path, name: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "why", "suggestion"),
+    [
+        ("my-tool", "is not a Python identifier", "my_tool"),
+        ("with space", "is not a Python identifier", "with_space"),
+        ("1bad", "is not a Python identifier", "tool_1bad"),
+        ("class", "is a Python keyword", "class_tool"),
+        ("_hidden", "starts with _, and discovery skips the modules whose name does", "hidden"),
+        ("", "the tool name is empty", None),
+        ("@!", "is not a Python identifier", None),
+    ],
+)
+def test_new_rejects_a_name_discovery_would_not_find_and_suggests_one(
+    project: Path, name: str, why: str, suggestion: str | None
+) -> None:
     proc = run("new", name, cwd=project)
     assert proc.returncode == 2
-    assert "not a Python identifier" in proc.stderr
+    assert proc.stderr.startswith("xcsh-run: ") and why in proc.stderr
+    if suggestion is None:
+        assert "did you mean" not in proc.stderr and "give one such as word_count" in proc.stderr
+    else:
+        assert proc.stderr.rstrip().endswith(f"did you mean {suggestion!r}?"), proc.stderr
+    assert not (project / ".xcsh").exists()
+    if suggestion is not None:  # the suggestion is a name new takes
+        assert run("new", suggestion, cwd=project).returncode == 0
+
+
+def test_new_refuses_an_unknown_template_and_a_typescript_one_but_basic(project: Path) -> None:
+    unknown = run("new", "mine", "--template", "web", cwd=project)
+    assert unknown.returncode == 2
+    assert "unknown --template 'web'; the templates: basic, async, exec, script" in unknown.stderr
+    typescript = run("new", "mine", "--ts", "--template", "exec", cwd=project)
+    assert typescript.returncode == 2
+    assert "--ts writes the basic tool only" in typescript.stderr
     assert not (project / ".xcsh").exists()
 
 
@@ -88,6 +118,8 @@ def test_new_finds_the_project_root(tmp_path: Path) -> None:
 def test_new_ts_scaffolds_a_typescript_tool_that_runs_in_bun_and_a_test_that_passes(project: Path, bun: str) -> None:
     proc = run("new", "greet", "--ts", cwd=project)
     assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""  # Bun is found: no warning, and the run to try
+    assert "try: xcsh-run greet --text hello --repeat 2" in proc.stdout
     tool_path = project / ".xcsh" / "tools" / "greet.ts"
     test = project / "tests" / "test_greet.py"
     assert f"created {tool_path}" in proc.stdout and f"created {test}" in proc.stdout
@@ -108,6 +140,41 @@ def test_new_ts_scaffolds_a_typescript_tool_that_runs_in_bun_and_a_test_that_pas
     )
     assert tested.returncode == 0, tested.stdout + tested.stderr
     assert "2 passed" in tested.stdout
+
+
+def no_bun_env(tmp_path: Path) -> dict[str, str]:
+    """An environment where bun.py's search finds nothing: a variable naming no file, no config, install or PATH."""
+    home = tmp_path / "no-bun-home"
+    home.mkdir()
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if p and not os.path.exists(
+        os.path.join(p, "bun")))  # fmt: skip
+    return {**os.environ, "XCSH_RUN_BUN": str(tmp_path / "no-bun"), "HOME": str(home),
+            "XDG_CACHE_HOME": str(tmp_path / "cache"), "PATH": path}  # fmt: skip
+
+
+def test_new_ts_without_bun_writes_the_files_and_warns_with_the_command_that_gets_bun(
+    project: Path, tmp_path: Path
+) -> None:
+    env = no_bun_env(tmp_path)
+    proc = subprocess.run(
+        [XCSH_RUN, "new", "greet", "--ts"], cwd=project, env=env, capture_output=True, text=True, timeout=60,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    tool = project / ".xcsh" / "tools" / "greet.ts"
+    assert tool.is_file() and (project / "tests" / "test_greet.py").is_file()
+    assert proc.stderr.startswith("xcsh-run: warning: greet.ts cannot load yet: no Bun to run"), proc.stderr
+    assert f"XCSH_RUN_BUN names {tmp_path / 'no-bun'}, which is not an executable file" in proc.stderr
+    assert "install it with `xcsh-run install-bun`" in proc.stderr
+    # No run is suggested as if it worked: only once Bun is there.
+    assert "\ntry:" not in "\n" + proc.stdout
+    assert "then try: xcsh-run greet --text hello --repeat 2" in proc.stdout
+    # The warning is true: that run fails to load, for the same reason.
+    ran = subprocess.run(
+        [XCSH_RUN, "greet", "--text", "hi"], cwd=project, env=env, capture_output=True, text=True, timeout=60,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert ran.returncode == 1 and "load_error" in ran.stderr and "no Bun to run" in ran.stderr
 
 
 def test_doctor_reports_each_level(project: Path) -> None:

@@ -82,7 +82,7 @@ def _check_buggy(report: FuzzReport) -> None:
 
 @pytest.mark.ray
 @pytest.mark.slow
-@pytest.mark.stress  # make stress runs it at the issue's 50,000 examples
+@pytest.mark.stress  # make stress runs it at the acceptance campaign's 50,000 examples
 @pytest.mark.timeout(scaled(400, 1800))
 async def test_a_sharded_campaign_finds_the_local_runs_reproducers(cluster: Any) -> None:
     """Over both nodes, the same shrunk reproducers as one local run with the same seed (EXAMPLES: see above)."""

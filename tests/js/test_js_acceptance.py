@@ -104,7 +104,7 @@ def test_the_guide_shows_the_same_example() -> None:
 
 
 @pytest.mark.timeout(90)
-def test_the_cli_runs_it_as_the_issue_writes_it(ts_repo: Path) -> None:
+def test_the_cli_runs_it_as_its_documentation_writes_it(ts_repo: Path) -> None:
     proc = xcsh_run("repo_stats", "--args", '{"glob":"*.py"}', cwd=ts_repo)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "Found 3 files\n"
