@@ -29,7 +29,7 @@ HELP = """Run LLM-agent custom tools in isolated, killable worker processes.
   xcsh-run TOOL --key value                 the same, with the tool's own flags
   xcsh-run TOOL --help                      the tool's description and flags
   xcsh-run path/to/tool.py [NAME] ...       a tool file alone, without a project
-  xcsh-run list                             tools found, and modules that failed to load
+  xcsh-run list [--check]                   tools found, and modules that failed to load (if any: exit 1)
   xcsh-run describe TOOL                    a tool's JSON Schema and flags
   xcsh-run batch TOOL --input args.jsonl    one call per line, several at once; JSON result lines
   xcsh-run fuzz TOOL                        fuzz a tool with arguments generated from its schema

@@ -365,10 +365,10 @@ def list_command(
 def _say_failed(failed: list[dict[str, Any]]) -> None:
     """How to go on from what failed to load, on stderr, after the failures (nothing if none)."""
     if failed:
-        what = "a module failed" if len(failed) == 1 else f"{len(failed)} modules or tools failed"
+        what, it = ("a module", "it") if len(failed) == 1 else (f"{len(failed)} modules or tools", "them")
         typer.echo(
-            f"xcsh-run: {what} to load; each line above names the file, where it was found, and why. "
-            "Fix it and run `xcsh-run list --check` to check again",
+            f"xcsh-run: {what} failed to load; each line above names the file, where it was found, and why. "
+            f"Fix {it} and run `xcsh-run list --check` to check again",
             err=True,
         )
 

@@ -252,8 +252,9 @@ def _write_tool(folder: Path, name: str, text: str) -> Path:
 def _load_errors(cwd: Path) -> dict[str, str]:
     env = dict(os.environ)  # HOME and XDG_CACHE_HOME: this test's own (conftest)
     proc = cli("list", "--json", cwd=cwd, env=env)
-    assert proc.returncode == 0, proc.stderr
-    return {Path(e["path"]).stem: e["message"] for e in json.loads(proc.stdout)["errors"]}
+    errors = {Path(e["path"]).stem: e["message"] for e in json.loads(proc.stdout)["errors"]}
+    assert proc.returncode == (1 if errors else 0), proc.stderr  # a module that failed to load fails `list`
+    return errors
 
 
 def test_an_unresolvable_requirement_is_a_load_error_quoting_the_resolver(index: None, tmp_path: Path) -> None:

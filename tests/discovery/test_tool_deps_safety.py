@@ -134,7 +134,7 @@ def test_a_source_distribution_named_directly_is_a_load_error_before_any_install
     sdist = evil_sdist(tmp_path, marker)
     write_tool(tmp_path, "sdist", tool("sdist", f"sdistpkg @ {sdist.as_uri()}"))
     proc = cli("list", "--json", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr  # the module failed to load
     (error,) = json.loads(proc.stdout)["errors"]
     assert "names a source, not a wheel: only wheels are installed, never built" in error["message"]
     assert "PIP_FIND_LINKS" in error["message"]
@@ -150,7 +150,7 @@ def test_a_package_with_only_a_source_distribution_is_a_load_error(index: None, 
     write_tool(tmp_path, "sdist", tool("sdist", "sdistpkg==0.1"))
     env = {**os.environ, "XCSH_RUN_ENV_INSTALLER": "pip", "PIP_FIND_LINKS": str(links)}
     proc = cli("list", "--json", cwd=tmp_path, env=env)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr  # the module failed to load
     (error,) = json.loads(proc.stdout)["errors"]
     message = error["message"]
     assert "--only-binary :all:" in message  # the command, as typed
@@ -179,7 +179,7 @@ def test_a_wheel_that_requires_a_source_distribution_by_url_does_not_get_it_buil
         whl.writestr("wrapper-0.1.dist-info/RECORD", "\n".join([*record, "wrapper-0.1.dist-info/RECORD,,"]) + "\n")
     write_tool(tmp_path, "wrapped", tool("wrapped", f"wrapper @ {wheel.as_uri()}"))
     proc = cli("list", "--json", cwd=tmp_path, env={**os.environ, "XCSH_RUN_ENV_INSTALLER": "pip"})
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr  # the module failed to load
     (error,) = json.loads(proc.stdout)["errors"]
     assert "Only wheels are installed" in error["message"]
     assert not marker.exists()
