@@ -46,9 +46,7 @@ def _found(report: FuzzReport) -> list[tuple[str, str, str]]:
     # not happen again when retried), is this shared machine's load, not the tool:
     # it may come and go, in one shard and not in the local run.
     return sorted(
-        (f.property, f.problem, json.dumps(f.arguments, sort_keys=True))
-        for f in _steady(report)
-        if f.arguments
+        (f.property, f.problem, json.dumps(f.arguments, sort_keys=True)) for f in _steady(report) if f.arguments
     )
 
 
