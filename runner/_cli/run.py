@@ -40,7 +40,7 @@ from xcsh_run._cli.options import (
     parse_arguments,
     with_sandbox_options,
 )
-from xcsh_run._cli.output import Status, emit_ndjson, print_text, requires_text, source_label, suggest_command, warn
+from xcsh_run._cli.output import emit_ndjson, print_text, requires_text, source_label, suggest_command, warn
 from xcsh_run._cli.tool_flags import lookup_tool, tool_flags
 from xcsh_run._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT
 from xcsh_run._discovery import BUILTIN_MODULE, show_builds_on_stderr
@@ -49,7 +49,7 @@ from xcsh_run._project import project_root
 from xcsh_run._results import ToolResult
 from xcsh_run._safe_text import json_text, visible
 from xcsh_run._sandbox import SandboxPolicy
-from xcsh_run._terminal import TerminalUI, configure_log_file
+from xcsh_run._terminal import StatusLine, TerminalUI, configure_log_file
 from xcsh_run.fuzz import COMMANDS
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ def run_command(
     # A person at the terminal answers the tool's UI prompts (unless stdin carried the arguments).
     interactive = sys.stdin.isatty() and sys.stderr.isatty() and "-" not in (args, args_file)
     check_seconds(timeout=timeout, grace=grace, load_timeout=load_timeout)
-    status = Status() if not (stream or as_json) else None
+    status = StatusLine() if not (stream or as_json) else None
 
     def on_update(partial: dict[str, Any]) -> None:
         if stream:
