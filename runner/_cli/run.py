@@ -284,7 +284,7 @@ def describe_command(
 
 
 # The other commands register themselves on the app, after these three (the order `--help` lists).
-from xcsh_run._cli import batch, commands, doctor, install_bun, new  # noqa: E402, F401
+from xcsh_run._cli import batch, commands, doctor, install_bun, new, watch  # noqa: E402, F401
 
 
 def _with_default_command(argv: list[str]) -> list[str]:
