@@ -2,8 +2,15 @@
 
 Kept apart from ``_cli`` so the command layer stays a thin parser and printer.
 What reaches the terminal or the log file from here (records, ``-v`` lines,
-prompts) went through ``_safe_text.visible``: a tool's text names, messages,
+prompts, the progress line) went through ``_safe_text.visible``: a tool's text names, messages,
 titles and options, and the terminal shows its escape sequences instead of obeying them.
+
+The CLI has one progress style, :class:`ProgressDisplay` (rich's progress, on
+stderr, drawn only when stderr is a terminal): a spinner, what is in progress,
+the time elapsed. A single call's :class:`StatusLine` shows the tool's last
+partial text in it; ``batch`` a bar and counts. rich is imported when a
+display is first drawn, never on a call that draws none. Colour follows
+``_colour`` (``NO_COLOR``, ``FORCE_COLOR``).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from typing import Any, Final, TextIO
 
 import trio
 
+from xcsh_run._colour import colour_wanted
 from xcsh_run._safe_text import visible
 
 LOG_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s [tool=%(tool)s call=%(call_id)s pid=%(pid)s] %(message)s"
@@ -67,6 +75,12 @@ class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
     """A handler on whatever ``sys.stderr`` is when a record comes (a test may swap it)."""
 
     def emit(self, record: logging.LogRecord) -> None:
+        if _showing:  # above the progress display, which redraws below it (never a line drawn through)
+            try:
+                _showing[-1].print_above(self.format(record))
+            except Exception:
+                self.handleError(record)
+            return
         self.stream = sys.stderr
         try:
             if self.stream.isatty():
@@ -75,6 +89,9 @@ class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
             pass  # emit() reports its own failure below
         super().emit(record)
 
+
+# The progress displays drawn now (one at most, in practice): `-v` records are printed above it.
+_showing: list[ProgressDisplay] = []
 
 # Set by configure_log_file: a second call (the CLI run in-process, in tests) replaces them.
 _installed: list[logging.Handler] = []
@@ -204,3 +221,105 @@ class TerminalUI:
 
     def set_editor_text(self, text: str) -> None:
         self._editor_text = text
+
+
+SPINNER: Final = "dots"  # rich's spinner name: the single call's and the batch's alike
+
+
+def draws_progress(stream: TextIO) -> bool:
+    """Whether a progress display is drawn on ``stream``: only on a terminal (``FORCE_COLOR`` does not change it)."""
+    try:
+        return stream.isatty()
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+class ProgressDisplay:
+    """The CLI's one progress style on ``stream``: a spinner, ``columns`` (rich progress columns), the time elapsed.
+
+    Drawn in place on a terminal only (callers check :func:`draws_progress`),
+    erased when stopped (it may be started again: a prompt, a message, then
+    the line again), coloured as ``_colour`` says. Every text in ``columns``
+    is the caller's to neutralise; rich markup and emoji codes are off, so
+    ``[bold]`` or ``:x:`` in a tool's text is shown as written.
+    """
+
+    def __init__(self, stream: TextIO, *columns: Any) -> None:
+        from rich.console import Console
+        from rich.progress import Progress, SpinnerColumn, TimeElapsedColumn
+
+        colour = colour_wanted(stream)
+        console = Console(
+            file=stream,
+            force_terminal=True,  # drawn only on a terminal: rich is not left to guess (TERM, CI variables)
+            color_system="auto" if colour else None,  # None: no SGR sequence at all, not even bold
+            no_color=not colour,
+            markup=False,
+            emoji=False,
+            highlight=False,
+        )
+        # stderr is not redirected: the -v records come through `print_above`, on the console's lock.
+        self.progress = Progress(
+            SpinnerColumn(SPINNER),
+            *columns,
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
+        self._started = False
+
+    def start(self) -> None:
+        if not self._started:
+            self._started = True
+            _showing.append(self)
+            self.progress.start()
+
+    def stop(self) -> None:
+        if self._started:
+            self._started = False
+            _showing.remove(self)
+            self.progress.stop()
+
+    def print_above(self, line: str) -> None:
+        """A whole line (already neutralised) above the display, which is redrawn below it."""
+        from rich.text import Text
+
+        self.progress.console.print(Text(line), soft_wrap=True)  # soft: a long record stays one line
+
+
+class StatusLine:
+    """The live progress line of one tool call on stderr: the tool's last partial text, drawn only on a terminal.
+
+    ``update`` takes each partial result (``on_update``); ``clear`` erases the
+    line before anything else is written (a prompt, a message, the result),
+    and the next update draws it again, its elapsed time counted from the first.
+    """
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self._stream = sys.stderr if stream is None else stream
+        self.enabled = draws_progress(self._stream)
+        self._display: ProgressDisplay | None = None
+        self._task: Any = None
+
+    def update(self, partial: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        texts = [b.get("text", "") for b in partial.get("content", []) if b.get("type") == "text"]
+        # Shown before it is split: splitlines() breaks at a CR (and at C1 NEL), which would hide the rest.
+        line = (visible(texts[-1]).splitlines() or [""])[-1] if texts else ""
+        if self._display is None:
+            from rich.progress import TextColumn
+            from rich.table import Column
+
+            column = TextColumn("{task.fields[line]}", markup=False, table_column=Column(no_wrap=True, ratio=1))
+            self._display = ProgressDisplay(self._stream, column)
+            self._task = self._display.progress.add_task("", total=None, line=line)
+        self._display.progress.update(self._task, line=line)
+        self._display.start()
+        self._display.progress.refresh()
+
+    def clear(self) -> None:
+        if self._display is not None:
+            self._display.stop()

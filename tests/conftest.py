@@ -41,6 +41,9 @@ from xcsh_run.fuzz._leftovers import marked_processes as scan_marked
 
 MARK = f"XCSH_RUN_TEST_MARK={uuid.uuid4().hex}"
 os.environ["XCSH_RUN_TEST_MARK"] = MARK.split("=", 1)[1]
+# The colour a CLI under test writes is the test's to choose (tests/cli/test_cli_progress_watch.py), not the shell's.
+for _colour_variable in ("NO_COLOR", "FORCE_COLOR"):
+    os.environ.pop(_colour_variable, None)
 
 TESTS = Path(__file__).parent
 FIXTURES = TESTS / "fixtures"  # the tools and other files the tests use, in one place

@@ -32,6 +32,7 @@ HELP = """Run LLM-agent custom tools in isolated, killable worker processes.
   xcsh-run list [--check]                   tools found, and modules that failed to load (if any: exit 1)
   xcsh-run describe TOOL                    a tool's JSON Schema and flags
   xcsh-run batch TOOL --input args.jsonl    one call per line, several at once; JSON result lines
+  xcsh-run watch TOOL --args '{...}'        run again each time the tool files change (Ctrl-C ends)
   xcsh-run fuzz TOOL                        fuzz a tool with arguments generated from its schema
   xcsh-run new NAME                         a new tool, with a test, in .xcsh/tools
   xcsh-run doctor                           what this machine's sandbox can enforce

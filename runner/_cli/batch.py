@@ -45,7 +45,7 @@ from xcsh_run._embed import BatchItem, BatchResults, jsonl_inputs, run_batch
 from xcsh_run._host import Signals
 from xcsh_run._safe_text import visible
 from xcsh_run._sandbox import SandboxPolicy
-from xcsh_run._terminal import configure_log_file
+from xcsh_run._terminal import ProgressDisplay, configure_log_file, draws_progress
 
 OK: Final = "ok"
 
@@ -160,27 +160,27 @@ class Tally:
 
 
 class Bar:
-    """The progress bar on stderr (rich's, which typer installs), only when stderr is a terminal."""
+    """The progress bar on stderr, in the CLI's one progress style (``_terminal``), only when stderr is a terminal."""
 
     def __init__(self, total: int | None, tally: Tally) -> None:
         self._tally = tally
         self._progress: Any = None
-        if not sys.stderr.isatty():
+        if not draws_progress(sys.stderr):
             return
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
 
-        self._progress = Progress(
-            TextColumn("{task.description}"),
+        self._display = ProgressDisplay(
+            sys.stderr,
+            TextColumn("{task.description}", markup=False),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("{task.fields[failed]}"),
-            TextColumn("{task.fields[rate]}"),
+            TextColumn("{task.fields[failed]}", markup=False),
+            TextColumn("{task.fields[rate]}", markup=False),
             TimeRemainingColumn(),
-            console=Console(file=sys.stderr),
         )
+        self._progress = self._display.progress
         self._task = self._progress.add_task("batch", total=total, failed="", rate="")
-        self._progress.start()
+        self._display.start()
 
     def advance(self) -> None:
         if self._progress is not None:
@@ -191,7 +191,7 @@ class Bar:
 
     def close(self) -> None:
         if self._progress is not None:
-            self._progress.stop()
+            self._display.stop()
             self._progress = None
 
 

@@ -19,6 +19,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import typer
 
 from xcsh_run._cli.complete import complete_choices
+from xcsh_run._colour import colour_wanted, tinted
 from xcsh_run._config import DEFAULT_TIMEOUT
 from xcsh_run._config import check_seconds as _check_seconds
 from xcsh_run._errors import ConfigError
@@ -330,7 +331,7 @@ def check_seconds(**durations: float | None) -> None:
 
 
 def fail(message: str, code: int = ExitCode.USAGE) -> NoReturn:
-    typer.echo(f"xcsh-run: {visible(message)}", err=True)
+    typer.echo(f"{tinted('xcsh-run:', 'error')} {visible(message)}", err=True, color=colour_wanted() or None)
     raise typer.Exit(int(code))
 
 

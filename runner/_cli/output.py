@@ -1,4 +1,4 @@
-"""What the ``xcsh-run`` commands print: results, the live status line, warnings, where a tool came from.
+"""What the ``xcsh-run`` commands print: results, warnings, where a tool came from.
 
 Every text here that a tool produced goes through ``_safe_text.visible`` (a
 tool's escape sequences are shown, never obeyed by the terminal); JSON goes
@@ -9,43 +9,14 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import sys
 from typing import Any, Final
 
 import typer
 
+from xcsh_run._colour import colour_wanted, tinted
 from xcsh_run._results import ErrorInfo, ToolResult, describe_block
 from xcsh_run._safe_text import json_text, visible
-
-
-class Status:
-    """Live partial results on a terminal: one status line on stderr, redrawn in place."""
-
-    FRAMES = "|/-\\"
-
-    def __init__(self) -> None:
-        self.enabled = sys.stderr.isatty()
-        self._frame = 0
-        self._shown = False
-
-    def update(self, partial: dict[str, Any]) -> None:
-        if not self.enabled:
-            return
-        texts = [b.get("text", "") for b in partial.get("content", []) if b.get("type") == "text"]
-        # Shown before it is split: splitlines() breaks at a CR (and at C1 NEL), which would hide the rest.
-        line = (visible(texts[-1]).splitlines() or [""])[-1] if texts else ""
-        width = shutil.get_terminal_size((80, 20)).columns - 3
-        self._frame = (self._frame + 1) % len(self.FRAMES)
-        sys.stderr.write(f"\r\x1b[K{self.FRAMES[self._frame]} {line[:width]}")
-        sys.stderr.flush()
-        self._shown = True
-
-    def clear(self) -> None:
-        if self._shown:
-            sys.stderr.write("\r\x1b[K")
-            sys.stderr.flush()
-            self._shown = False
 
 
 def emit_ndjson(kind: str, payload: dict[str, Any]) -> None:
@@ -76,7 +47,11 @@ def print_text(result: ToolResult, *, traceback: bool = False) -> None:
         err = result.error
         if traceback and err.traceback:
             typer.echo(visible(tool_traceback(err)).rstrip(), err=True)
-        typer.echo(f"xcsh-run: {err.kind}: {visible(_summary(err, traceback))}", err=True)
+        typer.echo(
+            f"{tinted('xcsh-run:', 'error')} {err.kind}: {visible(_summary(err, traceback))}",
+            err=True,
+            color=colour_wanted() or None,
+        )
         if err.stderr_tail and err.kind in ("crashed", "load_error", "protocol_error"):
             tail = visible(err.stderr_tail).rstrip().splitlines()[-10:]
             typer.echo("  worker stderr (last lines):\n    " + "\n    ".join(tail), err=True)
@@ -176,7 +151,9 @@ def _relative(location: str) -> str:
 def warn(warnings: list[str]) -> None:
     """Each warning, one line on stderr."""
     for warning in warnings:
-        typer.echo(f"xcsh-run: warning: {visible(warning)}", err=True)
+        typer.echo(
+            f"xcsh-run: {tinted('warning:', 'warning')} {visible(warning)}", err=True, color=colour_wanted() or None
+        )
 
 
 def requires_text(requires: dict[str, Any] | None) -> str | None:

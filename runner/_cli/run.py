@@ -44,7 +44,7 @@ from xcsh_run._cli.options import (
     parse_arguments,
     with_sandbox_options,
 )
-from xcsh_run._cli.output import Status, emit_ndjson, print_text, requires_text, source_label, suggest_command, warn
+from xcsh_run._cli.output import emit_ndjson, print_text, requires_text, source_label, suggest_command, warn
 from xcsh_run._cli.tool_file import name_argument, pick_tool, tool_file
 from xcsh_run._cli.tool_flags import lookup_tool, name_flags, run_options, tool_flags
 from xcsh_run._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT
@@ -54,7 +54,7 @@ from xcsh_run._project import project_root
 from xcsh_run._results import ToolResult
 from xcsh_run._safe_text import json_text, visible
 from xcsh_run._sandbox import SandboxPolicy
-from xcsh_run._terminal import TerminalUI, configure_log_file
+from xcsh_run._terminal import StatusLine, TerminalUI, configure_log_file
 from xcsh_run.fuzz import COMMANDS
 
 if TYPE_CHECKING:
@@ -138,7 +138,7 @@ def run_command(
     # A person at the terminal answers the tool's UI prompts (unless stdin carried the arguments).
     interactive = sys.stdin.isatty() and sys.stderr.isatty() and "-" not in (args, args_file)
     check_seconds(timeout=timeout, grace=grace, load_timeout=load_timeout)
-    status = Status() if not (stream or as_json) else None
+    status = StatusLine() if not (stream or as_json) else None
 
     def on_update(partial: dict[str, Any]) -> None:
         if stream:
@@ -387,7 +387,7 @@ def describe_command(
 
 
 # The other commands register themselves on the app, after these three (the order `--help` lists).
-from xcsh_run._cli import batch, commands, doctor, install_bun, new  # noqa: E402, F401
+from xcsh_run._cli import batch, commands, doctor, install_bun, new, watch  # noqa: E402, F401
 
 
 def _with_default_command(argv: list[str]) -> list[str]:

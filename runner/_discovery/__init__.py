@@ -47,6 +47,10 @@ if TYPE_CHECKING:
     from xcsh_run._discovery.catalog import from_load as from_load
     from xcsh_run._discovery.catalog import last_line as last_line
     from xcsh_run._discovery.catalog import metadata_file as metadata_file
+    from xcsh_run._discovery.changes import ToolFilesState as ToolFilesState
+    from xcsh_run._discovery.changes import read_tool_files_state as read_tool_files_state
+    from xcsh_run._discovery.changes import tool_files_state as tool_files_state
+    from xcsh_run._discovery.changes import wait_for_change as wait_for_change
     from xcsh_run._discovery.finder import Candidate as Candidate
     from xcsh_run._discovery.finder import ToolSource as ToolSource
     from xcsh_run._discovery.finder import discover_custom_tool_paths as discover_custom_tool_paths
@@ -84,6 +88,7 @@ __all__ = [
     "ZOD_VERSION",
     "ARKTYPE_VERSION",
     "ToolEnv",
+    "ToolFilesState",
     "ToolInfo",
     "ToolSource",
     "check_details",
@@ -102,10 +107,13 @@ __all__ = [
     "locate",
     "metadata_file",
     "missing",
+    "read_tool_files_state",
     "readable_for_drop",
     "runtime_for",
     "show_builds_on_stderr",
+    "tool_files_state",
     "version",
+    "wait_for_change",
     "walk",
     "worker_command",
 ]
@@ -133,6 +141,7 @@ _HOMES: dict[str, str] = {
     "ZOD_VERSION": "bun",
     "ARKTYPE_VERSION": "bun",
     "ToolEnv": "tool_envs",
+    "ToolFilesState": "changes",
     "ToolInfo": "catalog",
     "ToolSource": "finder",
     "check_details": "schemas",
@@ -151,10 +160,13 @@ _HOMES: dict[str, str] = {
     "locate": "bun",
     "metadata_file": "catalog",
     "missing": "bun",
+    "read_tool_files_state": "changes",
     "readable_for_drop": "tool_envs",
     "runtime_for": "tool_envs",
     "show_builds_on_stderr": "tool_envs",
+    "tool_files_state": "changes",
     "version": "bun",
+    "wait_for_change": "changes",
     "walk": "finder",
     "worker_command": "tool_envs",
 }

@@ -25,22 +25,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from typing import Any, Final
+from typing import Any
 
 import trio
 
-from xcsh_run._discovery import ToolInfo, discover_custom_tool_paths
+from xcsh_run._discovery import ToolFilesState, ToolInfo, read_tool_files_state, wait_for_change
 from xcsh_run._host import Runner, open_runner
 from xcsh_run._mcp.names import ToolNames
 from xcsh_run._sandbox import SandboxPolicy
 
 logger = logging.getLogger("xcsh_run.mcp")
-
-# The file poll looks at most at this many files inside package folders.
-_MAX_WATCHED_FILES: Final = 2000
-_JS_WATCHED: Final = (".ts", ".tsx", ".mts", ".cts", ".js", ".jsx", ".mjs", ".cjs", ".json")
 
 
 class Generation:
@@ -145,19 +140,18 @@ class Runners:
             generation.retire()
 
     async def run(self, nursery: trio.Nursery) -> None:
-        """Load, then poll; runners live in ``nursery``, which must outlast every call."""
+        """Load, then poll the tool files (``xcsh_run._discovery.changes``), reloading on a change.
+
+        The runners live in ``nursery``, which must outlast every call.
+        """
         with self._scope:
             # Taken before loading, so that a change during the load reloads again.
-            fingerprint: tuple[object, ...] | None
-            fingerprint = await trio.to_thread.run_sync(self._fingerprint, abandon_on_cancel=True)
+            fingerprint: ToolFilesState | None = await read_tool_files_state(self._paths, self._cwd)
             if not await self._load(nursery):
                 fingerprint = None  # retry at the next poll
             while True:
-                await trio.sleep(self._poll_interval)
-                now = await trio.to_thread.run_sync(self._fingerprint, abandon_on_cancel=True)
-                if now == fingerprint:
-                    continue
-                fingerprint = now
+                # After a failed load (None), the next poll reloads whatever the files say.
+                fingerprint = await wait_for_change(self._paths, self._cwd, fingerprint, self._poll_interval)
                 logger.info("tool files changed; reloading")
                 before = self.tools
                 if not await self._load(nursery):
@@ -209,34 +203,3 @@ class Runners:
                 self._generations.discard(generation)
                 if self._current is generation:
                     self._current = None
-
-    def _fingerprint(self) -> tuple[object, ...]:
-        """What the poll compares: the candidate files and their stat, plus the source files in module folders."""
-        entries: list[object] = []
-        try:
-            candidates = discover_custom_tool_paths(self._paths, self._cwd)
-        except OSError as exc:
-            return (("error", str(exc)),)
-        watched = 0
-        for candidate in candidates:
-            entries.append((candidate.resolved, _stat_key(candidate.resolved)))
-            if not os.path.isdir(candidate.resolved):
-                continue
-            # A JS folder's own sources, as the module cache fingerprints them; not what npm installed.
-            suffixes = _JS_WATCHED if candidate.kind == "js" else (".py",)
-            for root, dirs, files in os.walk(candidate.resolved):
-                dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in ("__pycache__", "node_modules"))
-                for name in sorted(files):
-                    if name.endswith(suffixes) and watched < _MAX_WATCHED_FILES:
-                        path = os.path.join(root, name)
-                        entries.append((path, _stat_key(path)))
-                        watched += 1
-        return tuple(entries)
-
-
-def _stat_key(path: str) -> tuple[int, int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_mtime_ns, st.st_size, st.st_ino)

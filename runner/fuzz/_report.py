@@ -18,7 +18,7 @@ import msgspec
 from xcsh_run._sandbox import SandboxPolicy
 
 # The `xcsh-run` commands; any other first argument is a tool's name.
-COMMANDS: Final = ("run", "list", "describe", "batch", "serve", "fuzz", "new", "doctor", "install-bun")
+COMMANDS: Final = ("run", "list", "describe", "batch", "watch", "serve", "fuzz", "new", "doctor", "install-bun")
 
 # The properties, as reported (and as the JUnit test case names).
 VALID: Final = "valid inputs"

@@ -237,7 +237,7 @@ def test_partial_results_show_live_on_a_terminal(git_repo: Path) -> None:
         os.close(main)
     assert proc.returncode == 0
     assert b"Scanning files..." in shown
-    assert shown.endswith(b"\r\x1b[K")  # the status line is cleared
+    assert shown.endswith(b"\x1b[2K")  # the status line is erased
     assert proc.stdout == b"Found 1 files\n"
 
 

@@ -171,25 +171,20 @@ async def test_a_load_error_for_want_of_bun_is_not_cached(
             assert [t.name for t in runner.tools] == ["stub_echo"]
 
 
-def test_serve_reloads_when_a_js_folder_source_changes_not_its_node_modules(tmp_path: Path) -> None:
-    from xcsh_run._mcp.reload import Runners
-
-    async def reloaded(before: object, after: object) -> None:  # pragma: no cover - never reloaded here
-        pass
+def test_the_tool_files_state_sees_a_js_folder_source_change_not_its_node_modules(tmp_path: Path) -> None:
+    """What serve's reload and `xcsh-run watch` poll (xcsh_run._discovery.changes)."""
+    from xcsh_run._discovery import tool_files_state
 
     folder = tmp_path / "tool"
     touch(folder / "package.json", '{"main": "src/main.ts"}')
     main = touch(folder / "src" / "main.ts")
     dep = touch(folder / "node_modules" / "dep" / "index.js", "module.exports = 1;\n")
-    runners = Runners(
-        [str(folder)], cwd=str(tmp_path), grace=0.5, load_timeout=5, sandbox=None, poll_interval=1, on_reloaded=reloaded
-    )
-    first = runners._fingerprint()
+    first = tool_files_state([str(folder)], str(tmp_path))
     assert any(str(main) in str(entry) for entry in first)
     dep.write_text("module.exports = 22;\n")
-    assert runners._fingerprint() == first
+    assert tool_files_state([str(folder)], str(tmp_path)) == first
     main.write_text(FACTORY + "// a longer file\n")
-    assert runners._fingerprint() != first
+    assert tool_files_state([str(folder)], str(tmp_path)) != first
 
 
 def test_an_edit_to_the_js_worker_sources_invalidates_the_module_cache(

@@ -143,7 +143,7 @@ def test_result_update_and_record_on_the_terminal(tools: Path) -> None:
     code, seen = cli(tools, "say", "-v")
     assert code == 0, seen
     # The status line is the host's own drawing (CR, erase-line): it stays, the tool's text in it is shown.
-    assert b"\r\x1b[K" in seen
+    assert b"\r\x1b[2K" in seen
     assert_neutralised(seen, "result", "update", "record")
 
 

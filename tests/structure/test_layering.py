@@ -56,6 +56,7 @@ RANKS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "xcsh_run._results",
             "xcsh_run._safe_text",
             "xcsh_run._safe_read",
+            "xcsh_run._colour",
             "xcsh_run._terminal",
             "xcsh_run._project",
         ),
