@@ -109,7 +109,10 @@ def watch_command(
     arguments = parse_arguments(args, args_file, as_json)
     configure_log_file(log_file, verbose=verbose)
     if ctx.args:
-        arguments |= tool_flags(ctx, tool, tools or (), load_timeout, sandbox, as_json=as_json, help=False)
+        _, flagged = tool_flags(
+            ctx, list(ctx.args), tool, tools or (), load_timeout, sandbox, as_json=as_json, help=False
+        )
+        arguments |= flagged
     check_seconds(timeout=timeout, grace=grace, load_timeout=load_timeout)
     interactive = sys.stdin.isatty() and sys.stderr.isatty() and "-" not in (args, args_file)
     paths = list(tools or ())
