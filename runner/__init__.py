@@ -174,8 +174,8 @@ _WHERE: _typing.Final = {
     "jsonl_inputs": "xcsh_run._embed",
     "run_batch": "xcsh_run._embed",
     "run_batch_sync": "xcsh_run._embed",
-    # The fuzzer (the `fuzz` extra: hypothesis) and Ray (the `ray` extra, imported
-    # only when a Ray runner opens).
+    # The fuzzer (hypothesis, imported only by the fuzz code) and Ray (the `ray`
+    # extra, imported only when a Ray runner opens).
     "assert_fuzz_clean": "xcsh_run.fuzz",
     "fuzz_tool": "xcsh_run.fuzz",
     "fuzz_tool_sync": "xcsh_run.fuzz",

@@ -23,9 +23,9 @@ depend on local state).
 
 Hypothesis, and the strategies in ``_schema``, are imported only when a
 fuzz run starts: ``import xcsh_run`` (and so ``xcsh-run TOOL``) does not pay for
-them, and works without them. Hypothesis is the ``fuzz`` extra
-(``xcsh-run[fuzz]``, or ``pip install hypothesis`` beside xcsh-run); without it a run fails at once with a
-:class:`ConfigError` saying so. The reports are in ``_report``, the
+them, and works without them. Hypothesis is a dependency of xcsh-run; should it
+be missing all the same (an install with ``--no-deps``), a run fails at once with a
+:class:`ConfigError` saying how to add it. The reports are in ``_report``, the
 process checks in ``_leftovers``, the verdicts in ``_judge``.
 """
 
@@ -58,12 +58,13 @@ DEFAULT_CALL_TIMEOUT: Final = 10.0
 # The API's: a hang fails a test suite in about one call timeout. The CLI's
 # (`--max-timeouts`, 20) is higher, so that it shrinks hangs too.
 DEFAULT_MAX_TIMEOUTS: Final = 1
-# What a caller without Hypothesis is told: `import xcsh_run` and every other
-# command work without it.
-FUZZ_EXTRA_MISSING: Final = (
-    "fuzzing needs Hypothesis (xcsh-run's fuzz extra), which is not installed; add it to the environment "
-    "xcsh-run runs in: pip install 'hypothesis>=6.100' (pipx: pipx inject xcsh-run hypothesis; "
-    "uv: uv tool install --with hypothesis ...); docs/install.md has every way"
+# What a caller is told when Hypothesis, a dependency, is missing all the same (an install with
+# --no-deps, or one that removed it): `import xcsh_run` and every other command work without it.
+HYPOTHESIS_MISSING: Final = (
+    "fuzzing needs Hypothesis, a dependency of xcsh-run that is missing from the environment xcsh-run "
+    "runs in; install it there: pip install 'hypothesis>=6.100' (pipx: pipx inject xcsh-run hypothesis; "
+    "uv: uv tool install --with hypothesis ...), or reinstall xcsh-run with its dependencies; "
+    "docs/install.md has every way"
 )
 
 
@@ -71,11 +72,11 @@ FUZZ_EXTRA_MISSING: Final = (
 
 
 def require_hypothesis() -> None:
-    """Raise :class:`ConfigError` saying how to install the ``fuzz`` extra, unless Hypothesis imports."""
+    """Raise :class:`ConfigError` saying how to install Hypothesis, unless it imports."""
     try:
         import hypothesis  # noqa: F401
     except ImportError:
-        raise ConfigError(FUZZ_EXTRA_MISSING) from None
+        raise ConfigError(HYPOTHESIS_MISSING) from None
 
 
 async def fuzz_tool(

@@ -36,6 +36,11 @@ def hook(event, args):
         with open(log, "a") as f:
             f.write(repr((event, [str(a) for a in argv] if isinstance(argv, (list, tuple)) else str(argv))) + "\n")
 sys.addaudithook(hook)
+modules_log = os.environ.get("XCSH_RUN_MODULES_LOG")
+if modules_log:
+    import atexit
+    # Registered first, so it runs last: every module the command imported, up to its exit.
+    atexit.register(lambda: open(modules_log, "w").write("\n".join(sorted(sys.modules))))
 sys.argv = ["xcsh-run", *sys.argv[1:]]
 from xcsh_run._cli.run import main
 main()
@@ -125,6 +130,26 @@ def test_a_cached_run_notices_an_earlier_module_that_changed(project: Path, tmp_
     listing = json.loads(counted(project, tmp_path, "list", "--json")[0].stdout)
     (later,) = [t for t in listing["tools"] if t["name"] == "later"]
     assert later["module"] == str(module)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--version"], ["wave", "--args", "{}"], ["list"], ["fuzz", "wave", "--examples", "2", "--seed", "1"]],
+    ids=["version", "call", "list", "fuzz"],
+)
+def test_only_fuzz_imports_hypothesis(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    """Hypothesis is a dependency, for the fuzzer alone: no other command pays for importing it."""
+    log = tmp_path / "modules.log"
+    monkeypatch.setenv("XCSH_RUN_MODULES_LOG", str(log))
+    proc, _ = counted(project, tmp_path, *argv)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    hypothesis = [name for name in log.read_text().splitlines() if name.split(".")[0] == "hypothesis"]
+    if argv[0] == "fuzz":
+        assert "hypothesis" in hypothesis  # the log sees what a command imports
+    else:
+        assert hypothesis == [], hypothesis
 
 
 def _strace_works() -> bool:

@@ -61,7 +61,7 @@ def test_worker_package_imports_nothing_heavy() -> None:
 
 
 def test_import_runner_does_not_import_hypothesis() -> None:
-    """Hypothesis is the `fuzz` extra: the library, and every command but `fuzz`, work without it."""
+    """Hypothesis is for the fuzzer alone: the library, and every command but `fuzz`, do not import it."""
     import subprocess
     import sys
 

@@ -91,6 +91,22 @@ def test_the_wheel_adds_one_top_level_name(wheel: Path) -> None:
     assert "xcsh_run/pi.py" in names and "xcsh_run/worker/__main__.py" in names
 
 
+def _metadata(wheel: Path) -> list[str]:
+    with zipfile.ZipFile(wheel) as whl:
+        (name,) = [n for n in whl.namelist() if n.endswith(".dist-info/METADATA")]
+        return whl.read(name).decode().splitlines()
+
+
+def test_a_plain_install_brings_the_fuzzer_and_the_fuzz_extra_still_resolves(wheel: Path) -> None:
+    """Hypothesis is a dependency without a marker (`xcsh-run fuzz` works after `pip install xcsh-run`)."""
+    metadata = _metadata(wheel)
+    requires = [line.removeprefix("Requires-Dist: ") for line in metadata if line.startswith("Requires-Dist: ")]
+    assert "hypothesis>=6.100" in requires, requires
+    # `pip install 'xcsh-run[fuzz]'` from older instructions still names an extra the wheel provides.
+    assert "Provides-Extra: fuzz" in metadata
+    assert not [line for line in requires if 'extra == "fuzz"' in line]
+
+
 @pytest.fixture(scope="module")
 def fresh_python(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A new venv with the wheel installed; its dependencies are this venv's, by path (no network)."""
