@@ -40,7 +40,7 @@ class RunnerClosedError(RunnerError, RuntimeError):
     """A runner was used once closed: its calls belong inside the ``with`` block that opened it.
 
     A ``RuntimeError``, not a ``ConfigError``: what is wrong is when the call
-    came, not an option. Made by :func:`runner_closed`, which names the block.
+    came, not an option. Its message names the block the calls belong in.
     """
 
 

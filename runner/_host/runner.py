@@ -67,9 +67,9 @@ class Runner(RunnerSettings):
     raises only ``trio.Cancelled`` (after the worker's tree is gone) when the
     *caller's* scope is cancelled. See ``xcsh_run._calls.lifecycle`` for the ladder.
 
-    Once closed (from the start of :meth:`aclose`), what would run in a worker
-    (:meth:`call_tool`, :meth:`load`, :meth:`emit_session_event`, the renders)
-    raises :class:`RunnerClosedError`; what the runner knew stays readable
+    Once closed (from the start of [`aclose`][xcsh_run.Runner.aclose]), what would run in a worker
+    (``call_tool``, ``load``, ``emit_session_event``, the renders)
+    raises [`RunnerClosedError`][xcsh_run.RunnerClosedError]; what the runner knew stays readable
     (``tools``, ``statistics()``, ``session_history()``, ...), and ``cancel`` and
     the setters change nothing, so that closing code may call them at any time.
     """
