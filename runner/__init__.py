@@ -44,6 +44,7 @@ if _typing.TYPE_CHECKING:
     from xcsh_run._errors import ProtocolError as ProtocolError
     from xcsh_run._errors import RemoteProtocolError as RemoteProtocolError
     from xcsh_run._errors import RunnerError as RunnerError
+    from xcsh_run._errors import UnsupportedPlatform as UnsupportedPlatform
     from xcsh_run._errors import WorkerDied as WorkerDied
     from xcsh_run._errors import WorkerError as WorkerError
     from xcsh_run._errors import WorkerStartupError as WorkerStartupError
@@ -97,6 +98,7 @@ __all__ = [
     "ToolInfo",
     "ToolResult",
     "ToolSource",
+    "UnsupportedPlatform",
     "WorkerDied",
     "WorkerError",
     "WorkerStartupError",
@@ -139,6 +141,7 @@ _WHERE: _typing.Final = {
     "ProtocolError": "xcsh_run._errors",
     "RemoteProtocolError": "xcsh_run._errors",
     "RunnerError": "xcsh_run._errors",
+    "UnsupportedPlatform": "xcsh_run._errors",
     "WorkerDied": "xcsh_run._errors",
     "WorkerError": "xcsh_run._errors",
     "WorkerStartupError": "xcsh_run._errors",

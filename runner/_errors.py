@@ -4,6 +4,7 @@
 
     RunnerError
     ├── ConfigError(RunnerError, ValueError)   a bad option or path given to the runner
+    ├── UnsupportedPlatform                    not Linux: xcsh-run runs nowhere else
     ├── ProtocolError                          cannot be instantiated directly
     │   ├── LocalProtocolError                 we tried to send something illegal: a bug here
     │   └── RemoteProtocolError                the worker sent something that is not the protocol
@@ -33,6 +34,13 @@ class RunnerError(Exception):
 
 class ConfigError(RunnerError, ValueError):
     """An option given to the runner is invalid; the message says which and how to fix it."""
+
+
+class UnsupportedPlatform(RunnerError):
+    """This system is not Linux, the only one xcsh-run runs on; the message says how to run it from here.
+
+    Raised by `open_runner` (and so by every opener) before anything starts.
+    """
 
 
 class ProtocolError(RunnerError, _messages.ProtocolError):
