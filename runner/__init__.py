@@ -45,6 +45,7 @@ if _typing.TYPE_CHECKING:
     from xcsh_run._errors import RemoteProtocolError as RemoteProtocolError
     from xcsh_run._errors import RunnerClosedError as RunnerClosedError
     from xcsh_run._errors import RunnerError as RunnerError
+    from xcsh_run._errors import UnsupportedPlatform as UnsupportedPlatform
     from xcsh_run._errors import WorkerDied as WorkerDied
     from xcsh_run._errors import WorkerError as WorkerError
     from xcsh_run._errors import WorkerStartupError as WorkerStartupError
@@ -103,6 +104,7 @@ __all__ = [
     "ToolInfo",
     "ToolResult",
     "ToolSource",
+    "UnsupportedPlatform",
     "WorkerDied",
     "WorkerError",
     "WorkerStartupError",
@@ -146,6 +148,7 @@ _WHERE: _typing.Final = {
     "RemoteProtocolError": "xcsh_run._errors",
     "RunnerError": "xcsh_run._errors",
     "RunnerClosedError": "xcsh_run._errors",
+    "UnsupportedPlatform": "xcsh_run._errors",
     "WorkerDied": "xcsh_run._errors",
     "WorkerError": "xcsh_run._errors",
     "WorkerStartupError": "xcsh_run._errors",

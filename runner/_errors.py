@@ -5,6 +5,7 @@
     RunnerError
     ├── ConfigError(RunnerError, ValueError)          a bad option or path given to the runner
     ├── RunnerClosedError(RunnerError, RuntimeError)  a runner used after its block ended
+    ├── UnsupportedPlatform                           not Linux: xcsh-run runs nowhere else
     ├── ProtocolError                                 cannot be instantiated directly
     │   ├── LocalProtocolError                        we tried to send something illegal: a bug here
     │   └── RemoteProtocolError                       the worker sent something that is not the protocol
@@ -50,6 +51,13 @@ def runner_closed(block: str) -> RunnerClosedError:
         f"this runner is closed: make its calls inside the `{block}` block that opened it, "
         "or open a new runner to call again"
     )
+
+
+class UnsupportedPlatform(RunnerError):
+    """This system is not Linux, the only one xcsh-run runs on; the message says how to run it from here.
+
+    Raised by `open_runner` (and so by every opener) before anything starts.
+    """
 
 
 class ProtocolError(RunnerError, _messages.ProtocolError):

@@ -6,37 +6,34 @@ Rules of the package:
    usage error that says what, where and how to fix.
 2. **A cold command pays only for what it runs**: each command imports its
    front end on first use.
+3. **Linux only, said first**: `main` (the console script, and
+   ``python -m xcsh_run``) checks the system before it imports any command, so
+   elsewhere every command prints one sentence and exits
+   `UNSUPPORTED_PLATFORM` (69, ``EX_UNAVAILABLE``), never a traceback.
 """
 
-from typing import TYPE_CHECKING, Any
+import sys
+from typing import Final
 
 # First, before any module of the package imports trio (rule 2 of ``xcsh_run``).
 from xcsh_run import _startup  # noqa: F401
 
-if TYPE_CHECKING:
-    from xcsh_run._cli.run import main as main
-
 __all__ = [
+    "UNSUPPORTED_PLATFORM",
     "main",
 ]
 
-# Each name is imported from its module on first use (PEP 562): importing one module of this
-# package never loads the others, and a cold process pays only for what it touches.
-_HOMES: dict[str, str] = {
-    "main": "run",
-}
+UNSUPPORTED_PLATFORM: Final = 69  # sysexits.h's EX_UNAVAILABLE: this system cannot run xcsh-run at all
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: the command (``xcsh_run._cli.run.main``), on Linux; elsewhere, one line and exit 69."""
+    from xcsh_run._platform import unsupported_platform
 
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value
-    return value
+    problem = unsupported_platform()
+    if problem is not None:
+        print(f"xcsh-run: {problem}", file=sys.stderr)
+        raise SystemExit(UNSUPPORTED_PLATFORM)
+    from xcsh_run._cli.run import main as run
 
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOMES})
+    run(argv)

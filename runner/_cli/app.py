@@ -62,6 +62,7 @@ Exit codes of a run:
     3  a preview the tool left was not settled: --resolve ask without a terminal,
        or applying it failed (the change is not applied; the message says why)
   130  cancelled (Ctrl-C or SIGTERM; the worker's whole tree is stopped first)
+   69  not Linux, the only system xcsh-run runs on (every command; the line says what to do)
 """
 
 app = typer.Typer(

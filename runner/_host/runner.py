@@ -47,6 +47,7 @@ from xcsh_run._host.host_api import HostBridge, UIContext, log
 from xcsh_run._host.host_limits import HostLimits, host_limits, watch_host_limits
 from xcsh_run._host.session_history import DEFAULT_SESSION, WIRE_KEY, SessionHistories
 from xcsh_run._host.statistics import RunnerStatistics
+from xcsh_run._platform import require_linux
 from xcsh_run._pool import Housekeeping, Loader, PoolRules, ProcessFactory, WorkerFactory, WorkerPool
 from xcsh_run._process import CgroupRoot, TeardownStats, sweep_stale_workdirs
 from xcsh_run._results import ErrorKind, PendingAction, ToolResult, error_result
@@ -466,6 +467,7 @@ async def open_runner(
             keywords (which must then be left at their defaults).
 
     Raises:
+        UnsupportedPlatform: this is not Linux (the message says how to run xcsh-run from here).
         ConfigError: an option out of range (see [`RunnerConfig`][xcsh_run.RunnerConfig]).
         SandboxUnavailable: a policy asks for what this machine cannot
             enforce (the message names the missing kernel feature).
@@ -473,6 +475,7 @@ async def open_runner(
     Cancellation: leaving the block (normally, by exception or by
     cancellation) stops every worker and waits until none is left.
     """
+    require_linux()  # before anything is probed: elsewhere, one sentence instead of a failure deep inside
     keywords = RunnerConfig(
         cwd=cwd,  # type: ignore[arg-type]  # normalised to a str by RunnerConfig
         builtin_tool_names=frozenset(builtin_tool_names),

@@ -8,7 +8,7 @@ Module names are the installed ones: runner/ is ``xcsh_run`` and worker/ is
 A *unit* is a package (a folder with an ``__init__``), or one of the
 top-level modules of ``xcsh_run`` or of ``xcsh_run.worker`` (the vocabulary
 every layer shares: errors, results, the config record, safe reads and
-texts, the project root; the authoring types), each a unit of its own.
+texts, the project root, the platform check; the authoring types), each a unit of its own.
 The rules, each failure naming the modules and the rule:
 
 1. no import cycle between modules, nor between units;
@@ -59,6 +59,7 @@ RANKS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "xcsh_run._colour",
             "xcsh_run._terminal",
             "xcsh_run._project",
+            "xcsh_run._platform",
         ),
     ),
     (7, ("xcsh_run._sandbox",)),

@@ -107,6 +107,10 @@ def test_a_plain_install_brings_the_fuzzer_and_the_fuzz_extra_still_resolves(whe
     assert not [line for line in requires if 'extra == "fuzz"' in line]
 
 
+def test_the_wheel_says_it_runs_on_linux(wheel: Path) -> None:
+    assert "Classifier: Operating System :: POSIX :: Linux" in _metadata(wheel)
+
+
 @pytest.fixture(scope="module")
 def fresh_python(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A new venv with the wheel installed; its dependencies are this venv's, by path (no network)."""
