@@ -16,15 +16,14 @@ import os
 import stat
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
-from typing import IO, Annotated, Any, Final
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from typing import IO, Annotated, Any, Final, Protocol
 
 import trio
 import typer
 
 from xcsh_run._cli.app import app
 from xcsh_run._cli.app import run_main as _run
-from xcsh_run._cli.batch_ray import check_ray, open_batch_runner
 from xcsh_run._cli.complete import complete_tool
 from xcsh_run._cli.options import (
     CwdOpt,
@@ -41,11 +40,83 @@ from xcsh_run._cli.options import (
 )
 from xcsh_run._cli.output import suggest_command, warn
 from xcsh_run._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT
-from xcsh_run._embed import BatchItem, BatchResults, jsonl_inputs, run_batch
-from xcsh_run._host import Signals
+from xcsh_run._discovery import ToolInfo
+from xcsh_run._embed import BatchItem, BatchResults, CallsTools, jsonl_inputs, run_batch
+from xcsh_run._host import Signals, open_runner
 from xcsh_run._safe_text import visible
 from xcsh_run._sandbox import SandboxPolicy
 from xcsh_run._terminal import ProgressDisplay, configure_log_file, draws_progress
+
+# ----------------------------------------- where the calls run: local or Ray
+# Where ``xcsh-run batch`` runs its calls: a local runner, or with ``--ray`` one runner per node of a Ray cluster.
+#
+# Both are opened here so that the command itself only reads, writes and
+# counts; the batch over either is the same :func:`run_batch`. Ray is imported
+# only when ``--ray`` is given.
+
+
+class BatchRunner(CallsTools, Protocol):
+    """What the command needs of either runner: calls, cancels, its tools and warnings."""
+
+    @property
+    def warnings(self) -> list[str]: ...
+
+    def get_tool(self, name: str) -> ToolInfo | None: ...
+
+    def cancel(self, tool_call_id: str, reason: str = "cancelled", *, force: bool = False) -> bool: ...
+
+
+def check_ray(address: str | None) -> None:
+    """Fail (usage, exit 2) at once if ``--ray`` was given and Ray is not installed: the message says how to get it."""
+    if address is None:
+        return
+    if not address.strip():
+        fail("--ray needs the cluster's address: auto (the cluster on this machine), HOST:PORT or ray://HOST:10001")
+    from xcsh_run.ray import RayMissing, import_ray
+
+    try:
+        import_ray()
+    except RayMissing as exc:
+        fail(str(exc))
+
+
+@contextlib.asynccontextmanager
+async def open_batch_runner(
+    ray: str | None,
+    tools: Sequence[str],
+    *,
+    tool: str,
+    concurrency: int | None,
+    verbose: int,
+    options: Mapping[str, Any],
+    sandbox: SandboxPolicy,
+) -> AsyncIterator[tuple[BatchRunner, int]]:
+    """The runner and the batch's concurrency.
+
+    Locally the runner gets ``concurrency`` workers (default: twice the cores,
+    at least 4). Over Ray each node's runner keeps its own default
+    ``max_workers`` (twice that node's cores, at least 4), and the default
+    concurrency is their sum: every worker of every node busy, none queued.
+    """
+    if ray is None:
+        from xcsh_run._config import default_max_workers
+
+        workers = concurrency if concurrency is not None else default_max_workers()
+        async with open_runner(
+            tools, sandbox=sandbox, wanted_tool=tool, discover_sources=True, max_workers=workers, **options
+        ) as runner:
+            yield runner, workers
+        return
+    from xcsh_run.ray import open_ray_runner
+
+    # With no --tools, the project folder travels (Ray honours its .gitignore) and each node discovers its tools.
+    shipping: dict[str, Any] = {"working_dir": os.getcwd()} if not tools else {}
+    init = {"logging_level": "INFO" if verbose else "WARNING"}
+    async with open_ray_runner(
+        list(tools), address=ray, sandbox=sandbox, init_options=init, **shipping, **options
+    ) as ray_runner:
+        yield ray_runner, concurrency if concurrency is not None else max(1, ray_runner.worker_limit)
+
 
 OK: Final = "ok"
 

@@ -131,7 +131,7 @@ class RunCommand(TyperCommand):
 
     def _tool_fields(self, ctx: Any, tool: str) -> list[Any]:
         """The fields of ``tool`` that get flags (as ``xcsh-run TOOL --help`` shows them); none if not cached."""
-        from xcsh_run._cli.tool_flags import fields_of, split_reserved
+        from xcsh_run._cli.tool_schema import fields_of, split_reserved
 
         info = next((t for t in cached_tools(_tool_paths(ctx)) if t.name == tool), None)
         if info is None:

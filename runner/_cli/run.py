@@ -45,8 +45,15 @@ from xcsh_run._cli.options import (
     with_sandbox_options,
 )
 from xcsh_run._cli.output import emit_ndjson, print_text, requires_text, source_label, suggest_command, warn
-from xcsh_run._cli.tool_file import name_argument, pick_tool, tool_file
-from xcsh_run._cli.tool_flags import lookup_tool, name_flags, run_options, tool_flags
+from xcsh_run._cli.tool_flags import (
+    lookup_tool,
+    name_argument,
+    name_flags,
+    pick_tool,
+    run_options,
+    tool_file,
+    tool_flags,
+)
 from xcsh_run._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT
 from xcsh_run._discovery import BUILTIN_MODULE, show_builds_on_stderr
 from xcsh_run._host import CallStopper, Signals, open_runner

@@ -27,103 +27,11 @@ import typer
 from xcsh_run._cli.app import run_main
 from xcsh_run._cli.options import ExitCode, fail, fail_arguments
 from xcsh_run._cli.output import print_text, warn
-from xcsh_run._cli.tool_file import pick_tool
+from xcsh_run._cli.tool_schema import Field, fields_of, split_reserved
 from xcsh_run._host import Signals, open_runner
 from xcsh_run._results import ToolResult
 from xcsh_run._safe_text import json_text, visible
 from xcsh_run._sandbox import SandboxPolicy
-
-_SCALARS: Final = ("integer", "number", "string", "boolean")
-
-
-class Field(msgspec.Struct, frozen=True):
-    """One top-level property as a flag."""
-
-    name: str  # the property's own name, the key in the arguments
-    kind: str  # integer, number, string, boolean, enum, array, json
-    item: str | None = None  # an array's item kind
-    choices: list[Any] | None = None
-    required: bool = False
-    default: Any = msgspec.UNSET
-    description: str = ""
-
-    @property
-    def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
-
-    @property
-    def flags(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys((self.flag, "--" + self.name)))
-
-
-def _resolve(schema: Any, root: Mapping[str, Any]) -> dict[str, Any]:
-    """``schema`` with a local ``$ref`` followed and an ``Optional``'s null alternative dropped."""
-    for _ in range(8):  # a chain of refs, never a cycle
-        if not isinstance(schema, dict):
-            return {}
-        ref = schema.get("$ref")
-        if isinstance(ref, str) and ref.startswith("#/"):
-            target: Any = root
-            for part in ref[2:].split("/"):
-                target = target.get(part, {}) if isinstance(target, dict) else {}
-            schema = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
-            continue
-        alternatives = schema.get("anyOf") or schema.get("oneOf")
-        if isinstance(alternatives, list):
-            real = [a for a in alternatives if not (isinstance(a, dict) and a.get("type") == "null")]
-            if len(real) == 1:
-                rest = {k: v for k, v in schema.items() if k not in ("anyOf", "oneOf")}
-                schema = {**rest, **real[0]} if isinstance(real[0], dict) else rest
-                continue
-        return schema
-    return {}
-
-
-def _kind(schema: dict[str, Any]) -> str:
-    if isinstance(schema.get("enum"), list):
-        return "enum"
-    if "const" in schema:
-        return "enum"
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        real = [k for k in kind if k != "null"]
-        kind = real[0] if len(real) == 1 else None
-    return kind if kind in (*_SCALARS, "array") else "json"
-
-
-def fields_of(parameters: Mapping[str, Any]) -> list[Field]:
-    """The flags a tool's parameters schema gives, in its property order."""
-    root = _resolve(parameters, parameters)
-    properties = root.get("properties")
-    if not isinstance(properties, dict):
-        return []
-    required = set(root.get("required") or ())
-    out: list[Field] = []
-    for name, raw in properties.items():
-        schema = _resolve(raw, parameters)
-        kind = _kind(schema)
-        item = None
-        choices = schema.get("enum") if kind == "enum" else None
-        if kind == "enum" and choices is None:
-            choices = [schema["const"]]
-        if kind == "array":
-            items = _resolve(schema.get("items"), parameters)
-            item = _kind(items)
-            if item == "enum":
-                choices = items.get("enum") or [items.get("const")]
-            elif item not in _SCALARS:
-                kind, item = "json", None
-        default = raw.get("default", schema.get("default", msgspec.UNSET)) if isinstance(raw, dict) else msgspec.UNSET
-        description = str(schema.get("description") or (raw.get("description") if isinstance(raw, dict) else "") or "")
-        out.append(Field(name, kind, item, choices, name in required, default, description))
-    return out
-
-
-def split_reserved(fields: Sequence[Field], run_options: Iterable[str]) -> tuple[list[Field], list[Field]]:
-    """The fields that get flags, and those whose flag a run option already has (``--args`` only)."""
-    taken = set(run_options)
-    free = [f for f in fields if not taken.intersection(f.flags)]
-    return free, [f for f in fields if taken.intersection(f.flags)]
 
 
 def _convert(field: Field, kind: str, flag: str, text: str, as_json: bool) -> Any:
@@ -449,3 +357,77 @@ def name_flags(
     message = f"{head}: {named}"
     content = [{"type": "text", "text": message}]
     return msgspec.structs.replace(result, content=content, error=msgspec.structs.replace(error, message=message))
+
+
+# ------------------------------------------------- a tool file as TOOL
+# A tool file as the TOOL argument: ``xcsh-run path/to/tool.py``, loaded alone, as ``uv run script.py`` runs a script.
+#
+# Rules:
+#
+# 1. The TOOL argument is a tool file when it ends in a tool module's suffix
+#    (``.py``, ``.ts``, ``.js``, ``.mjs``) or holds a path separator. No tool
+#    name can (a name is letters, digits, ``_`` and ``-``), so nothing else
+#    changes meaning; such an argument that is not an existing file is a usage
+#    error naming it.
+# 2. The file is loaded alone: no project, user or plugin tools (``--tools``
+#    paths still load beside it). The current directory stays the caller's.
+# 3. The file's only tool runs. A file with several names the one to run as
+#    the next argument (``xcsh-run tool.py NAME``); without it, the usage error
+#    lists them with that command line. A file that failed to load is the run's
+#    ``load_error``, with why.
+
+TOOL_SUFFIXES: Final = (".py", ".ts", ".js", ".mjs")
+
+
+def tool_file(argument: str) -> str | None:
+    """The absolute path ``argument`` names as a tool file (rule 1), or None for a tool name."""
+    separators = {os.sep, os.altsep or os.sep}
+    if not (argument.endswith(TOOL_SUFFIXES) or separators.intersection(argument)):
+        return None
+    if os.path.isdir(argument):
+        fail(f"{argument!r} is a folder; give the tool's file, or add the folder with --tools {argument}")
+    if not os.path.isfile(argument):
+        where = os.path.abspath(argument)
+        fail(
+            f"no such file: {argument!r} ({where}); a TOOL argument that ends in "
+            f"{', '.join(TOOL_SUFFIXES)} or holds a '/' is a tool file to run"
+        )
+    return os.path.abspath(argument)
+
+
+def name_argument(extra: Sequence[str]) -> tuple[str | None, list[str]]:
+    """The tool's name, when the first word after the file is one (``xcsh-run tool.py NAME``), and the rest."""
+    if extra and not extra[0].startswith("-"):
+        return extra[0], list(extra[1:])
+    return None, list(extra)
+
+
+def pick_tool(
+    tools: Sequence[Any], errors: Sequence[Any], path: str, shown: str, name: str | None
+) -> tuple[Any | None, str | None]:
+    """The file's tool named ``name``, else its only one (rule 3), or why there is none to run.
+
+    ``tools`` and ``errors`` are the runner's (``ToolInfo``, ``LoadError``);
+    ``shown`` is the file as the command line gave it. The answer is
+    ``(tool, None)``; ``(None, problem)`` for several tools and no name, a name
+    the file does not define, or no tool at all (a usage error); ``(None,
+    None)`` when the file failed to load (a call then says why).
+    It is called inside a runner's block, which must end before the command
+    fails, so the problem is returned rather than raised.
+    """
+    real = os.path.realpath(path)
+    own = [t for t in tools if os.path.realpath(t.module) == real]
+    candidates = [t for t in own if t.name == name] if name is not None else [t for t in own if not t.hidden] or own
+    if len(candidates) == 1:
+        return candidates[0], None
+    names = [t.name for t in own if not t.hidden] or [t.name for t in own]
+    if name is not None and own:
+        return None, f"{shown} defines no tool named {name!r}; its tools: {', '.join(names)}"
+    if len(candidates) > 1:
+        return None, (
+            f"{shown} defines {len(names)} tools: {', '.join(names)}; name the one to run: "
+            f"xcsh-run {shown} {names[0]} [OPTIONS]"
+        )
+    if any(os.path.realpath(e.path) == real for e in errors):
+        return None, None
+    return None, f"{shown} defines no tool (its factory returned none)"

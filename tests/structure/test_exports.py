@@ -28,6 +28,7 @@ def test_authoring_exports() -> None:
         "AudioContent",
         "CustomTool",
         "EmbeddedResource",
+        "EventBus",
         "ExecResult",
         "Icon",
         "ImageContent",
