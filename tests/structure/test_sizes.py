@@ -25,6 +25,10 @@ LOOKED_AT: dict[str, str] = {
         "whose held worker, token and lock only one finally may give back"
     ),
     "runner/_cli/batch.py:batch_command": "a typer command: its body is the declaration of every option it takes",
+    "runner/_host/runner.py:open_runner": (
+        "a runner's opening in the order it must happen (the platform, the options into one config, "
+        "the probe, fail closed, then the nursery that owns every worker); each step is a call or a keyword"
+    ),
     "worker/_runtime/loop.py:main": (
         "the worker's start, in the order its numbered rules require (fds, sandbox, hand-off, loop); "
         "each step is a call, the length is the sequence"
