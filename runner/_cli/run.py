@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import shlex
 import sys
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -337,7 +338,7 @@ def list_command(
         # Nothing but the failures: silent when all is well, as a pre-commit hook should be.
         for e in failed:
             typer.echo(failure(e))
-        _say_failed(failed)
+        _say_failed(failed, tools)
         raise typer.Exit(int(code))
     warn(warnings)
     if as_json:
@@ -365,17 +366,22 @@ def list_command(
         typer.echo("\nShadowed (not loaded):")
         for e in shadowed:
             typer.echo(visible(f"  {rel(e['path'])} [{source_label(e)}]: by {rel(e['shadowed_by'])}"))
-    _say_failed(failed)
+    _say_failed(failed, tools)
     raise typer.Exit(int(code))
 
 
-def _say_failed(failed: list[dict[str, Any]]) -> None:
-    """How to go on from what failed to load, on stderr, after the failures (nothing if none)."""
+def _say_failed(failed: list[dict[str, Any]], tools: list[str] | None) -> None:
+    """How to go on from what failed to load, on stderr, after the failures (nothing if none).
+
+    The command it suggests names the same ``--tools``: without them it would
+    not load the failed file, and would say all is well.
+    """
     if failed:
+        again = shlex.join(["xcsh-run", "list", "--check", *(a for p in tools or () for a in ("--tools", p))])
         what, it = ("a module", "it") if len(failed) == 1 else (f"{len(failed)} modules or tools", "them")
         typer.echo(
             f"xcsh-run: {what} failed to load; each line above names the file, where it was found, and why. "
-            f"Fix {it} and run `xcsh-run list --check` to check again",
+            f"Fix {it} and run `{again}` to check again",
             err=True,
         )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -82,6 +83,22 @@ def test_list_exits_1_when_a_module_failed_to_load_and_still_lists_the_rest(proj
     fixed = run("list", cwd=project)
     assert fixed.returncode == 0, fixed.stderr
     assert "Failed to load" not in fixed.stdout and "failed to load" not in fixed.stderr
+
+
+def test_the_check_it_suggests_names_the_same_tools_paths(project: Path) -> None:
+    extra = project / "extra dir"
+    extra.mkdir()
+    (extra / "bad.py").write_text(BROKEN)
+    proc = run("list", "--check", "--tools", str(extra), cwd=project)
+    assert proc.returncode == 1, proc.stderr
+    suggested = f"xcsh-run list --check --tools '{extra}'"
+    assert f"run `{suggested}` to check again" in proc.stderr, proc.stderr
+    # The suggestion, run as printed, still sees the failure (a bare `list --check` would not load it).
+    again = subprocess.run(
+        suggested.replace("xcsh-run", shlex.quote(XCSH_RUN), 1), shell=True, cwd=project, capture_output=True,
+        text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert again.returncode == 1 and "bad.py" in again.stdout + again.stderr, again
 
 
 def test_a_cached_list_fails_as_the_first_did(project: Path, tmp_path: Path) -> None:
