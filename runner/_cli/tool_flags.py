@@ -10,6 +10,9 @@ through ``--args``. Given both ways, a field's flag wins over ``--args``.
 The schema comes from discovery (the module cache answers without a worker
 when nothing changed), before the flags are parsed. A value the tool's schema
 then refuses is reported by the flag that carried it (:func:`name_flags`).
+
+A tool file given as TOOL (``xcsh-run path/to/tool.py``) is found here
+too (``tool_file``, ``pick_tool``): its numbered rules head that section.
 """
 
 from __future__ import annotations
