@@ -33,7 +33,15 @@ class ErrorInfo(msgspec.Struct, frozen=True, omit_defaults=True):
         signal: the signal that killed the worker (``"SIGSEGV"``), when one did.
         stderr_tail: the last lines the worker wrote to stderr.
         traceback: the tool's traceback, for ``tool_error`` and ``load_error``.
-        path: the JSON path of the offending argument, for ``invalid_arguments``.
+        path: the JSON path of the offending argument, for ``invalid_arguments``
+            (``$`` for the arguments object itself, as for a missing property).
+        expected: for ``invalid_arguments``, what the tool's schema expects at
+            ``path``, in words: ``"a string"``, ``"an integer >= 0"``,
+            ``'one of "a", "b"'``, ``'the required property "glob"'``.
+        got: for ``invalid_arguments``, what was there instead: the value as
+            compact JSON (``3``, ``"x"``, cut to 80 characters), or what was
+            wrong with the object (``'the unknown property "x"'``).
+        tool: the name of the tool called, when the call reached a runner.
         rung: how a timeout or cancellation ended: ``"cooperative"`` (the tool
             stopped within the grace period) or ``"killed"`` (SIGKILL after it).
         limit: which limit was hit, for ``limit_exceeded``.
@@ -54,6 +62,8 @@ class ErrorInfo(msgspec.Struct, frozen=True, omit_defaults=True):
     stderr_tail: str | None = None
     traceback: str | None = None
     path: str | None = None
+    expected: str | None = None
+    got: str | None = None
     rung: str | None = None
     limit: str | None = None
     module: str | None = None
@@ -61,6 +71,7 @@ class ErrorInfo(msgspec.Struct, frozen=True, omit_defaults=True):
     exception_mro: list[str] | None = None
     raised_at: str | None = None
     deliberate: bool | None = None
+    tool: str | None = None
 
 
 class BackgroundProcess(msgspec.Struct, frozen=True):
@@ -147,6 +158,13 @@ def error_result(kind: ErrorKind, message: str, **evidence: Any) -> ToolResult:
         is_error=True,
         error=ErrorInfo(kind=kind.value, message=message, **{k: v for k, v in evidence.items() if v is not None}),
     )
+
+
+def named(result: ToolResult, tool: str) -> ToolResult:
+    """``result``, its error (if any) naming ``tool`` as the tool called, unless it names one already."""
+    if result.error is None or result.error.tool is not None:
+        return result
+    return msgspec.structs.replace(result, error=msgspec.structs.replace(result.error, tool=tool))
 
 
 def describe_block(block: dict[str, Any]) -> str:

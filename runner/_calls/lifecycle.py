@@ -162,7 +162,9 @@ class Calls:
                 validator.validate(args)
             except SchemaProblem as exc:
                 message = f"invalid arguments for {info.name!r}: {exc}"
-                return error_result(ErrorKind.INVALID_ARGUMENTS, message, path=exc.path)
+                return error_result(
+                    ErrorKind.INVALID_ARGUMENTS, message, path=exc.path, expected=exc.expected, got=exc.got
+                )
         try:
             raw_args = p.encode_value(args)
         except (TypeError, ValueError, RecursionError, msgspec.EncodeError) as exc:

@@ -99,6 +99,11 @@ def _exception_evidence(data: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _argument_evidence(data: Mapping[str, Any]) -> dict[str, Any]:
+    """What the worker says an invalid argument should have been and was, kept only as strings."""
+    return {"expected": str_or_none(data.get("expected")), "got": str_or_none(data.get("got"))}
+
+
 def interpret(
     info: ToolInfo, worker: PoolWorker, pending: InFlight[p.CallResult], policy: SandboxPolicy, *, stopped: bool
 ) -> ToolResult:
@@ -123,6 +128,7 @@ def interpret(
             traceback=str_or_none(data.get("traceback")),
             path=str_or_none(data.get("path")),
             limit=limit,
+            **(_argument_evidence(data) if kind is ErrorKind.INVALID_ARGUMENTS else {}),
             module=info.module,
             **(_exception_evidence(data) if kind is ErrorKind.TOOL_ERROR else {}),
         )

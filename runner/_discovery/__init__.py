@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from xcsh_run._discovery.changes import read_tool_files_state as read_tool_files_state
     from xcsh_run._discovery.changes import tool_files_state as tool_files_state
     from xcsh_run._discovery.changes import wait_for_change as wait_for_change
+    from xcsh_run._discovery.expectation import snippet as snippet
     from xcsh_run._discovery.finder import Candidate as Candidate
     from xcsh_run._discovery.finder import ToolSource as ToolSource
     from xcsh_run._discovery.finder import discover_custom_tool_paths as discover_custom_tool_paths
@@ -111,6 +112,7 @@ __all__ = [
     "readable_for_drop",
     "runtime_for",
     "show_builds_on_stderr",
+    "snippet",
     "tool_files_state",
     "version",
     "wait_for_change",
@@ -163,6 +165,7 @@ _HOMES: dict[str, str] = {
     "read_tool_files_state": "changes",
     "readable_for_drop": "tool_envs",
     "runtime_for": "tool_envs",
+    "snippet": "expectation",
     "show_builds_on_stderr": "tool_envs",
     "tool_files_state": "changes",
     "version": "bun",

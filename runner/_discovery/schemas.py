@@ -20,16 +20,25 @@ from typing import Any
 
 import msgspec
 
+from xcsh_run._discovery.expectation import expectation
+
 
 class SchemaProblem(Exception):
     """The arguments (or the schema itself) failed validation.
 
     Attributes:
         path: JSON path of the offending value, like ``$.items[2]``.
+        expected: what the schema expects there, in words (``"a string"``,
+            ``"one of "a", "b""``), when the failed keyword is one
+            ``xcsh_run._discovery.expectation`` words.
+        got: what was there instead: the value as compact JSON, or what was
+            wrong with the object (``the unknown field "x"``).
     """
 
-    def __init__(self, message: str, path: str) -> None:
+    def __init__(self, message: str, path: str, expected: str | None = None, got: str | None = None) -> None:
         self.path = path
+        self.expected = expected
+        self.got = got
         super().__init__(message)
 
 
@@ -60,7 +69,8 @@ class ArgumentValidator:
         error = jsonschema.exceptions.best_match(self._validator.iter_errors(arguments))
         if error is not None:
             path = json_path(error.absolute_path)
-            raise SchemaProblem(f"{_message(error)} (at {path})", path)
+            expected, got = expectation(error)
+            raise SchemaProblem(f"{_message(error)} (at {path})", path, expected, got)
 
 
 def _message(error: Any) -> str:

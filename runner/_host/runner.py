@@ -40,7 +40,7 @@ from xcsh_run._config import (
     RunnerConfig,
     RunnerSettings,
 )
-from xcsh_run._discovery import BUILTIN_MODULE, Catalog, LoadError, ModuleCache, ToolInfo, default_dir
+from xcsh_run._discovery import BUILTIN_MODULE, Catalog, LoadError, ModuleCache, ToolInfo, default_dir, snippet
 from xcsh_run._errors import ConfigError, runner_closed
 from xcsh_run._host import approval
 from xcsh_run._host.host_api import HostBridge, UIContext, log
@@ -50,7 +50,7 @@ from xcsh_run._host.statistics import RunnerStatistics
 from xcsh_run._platform import require_linux
 from xcsh_run._pool import Housekeeping, Loader, PoolRules, ProcessFactory, WorkerFactory, WorkerPool
 from xcsh_run._process import CgroupRoot, TeardownStats, sweep_stale_workdirs
-from xcsh_run._results import ErrorKind, PendingAction, ToolResult, error_result
+from xcsh_run._results import ErrorKind, PendingAction, ToolResult, error_result, named
 from xcsh_run._sandbox import Probe, SandboxPolicy, check, probe, protect_host
 from xcsh_run.worker import protocol as p
 
@@ -239,13 +239,32 @@ class Runner(RunnerSettings):
         through the ladder and its tree is gone before ``Cancelled`` propagates.
         """
         self._check_open()
+        result = await self._call_tool(
+            name, arguments, on_update=on_update, timeout=timeout, tool_call_id=tool_call_id,
+            ctx=ctx, sandbox=sandbox, operation_id=operation_id, session_id=session_id,
+        )  # fmt: skip
+        return named(result, name)
+
+    async def _call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None,
+        *,
+        on_update: UpdateCallback | None,
+        timeout: float | None,
+        tool_call_id: str | None,
+        ctx: Mapping[str, Any] | None,
+        sandbox: SandboxPolicy | None,
+        operation_id: str | None,
+        session_id: str | None,
+    ) -> ToolResult:
         info = self._catalog.lookup(name)
         if info is None:
             return self._catalog.not_found(name)
         args: Any = {} if arguments is None else arguments
         if not isinstance(args, Mapping):
             message = f"arguments for {name!r} must be a JSON object, got {type(args).__name__}"
-            return error_result(ErrorKind.INVALID_ARGUMENTS, message, path="$")
+            return error_result(ErrorKind.INVALID_ARGUMENTS, message, path="$", expected="an object", got=snippet(args))
         if info.module == BUILTIN_MODULE:
             return await self._bridge.resolve(args)
         session = session_id if session_id is not None else DEFAULT_SESSION

@@ -11,7 +11,7 @@ import trio
 
 from xcsh_run._discovery import ToolInfo
 from xcsh_run._mcp.line_transport import RequestId
-from xcsh_run._mcp.sanitize import Sanitizer
+from xcsh_run._mcp.sanitize import Sanitizer, error_text
 from xcsh_run._results import ErrorInfo, ToolResult, describe_block
 
 logger = logging.getLogger("xcsh_run.mcp")
@@ -87,14 +87,18 @@ def render_tools(tools: Sequence[ToolInfo], version: str) -> list[dict[str, Any]
     return rendered
 
 
-def render_result(result: ToolResult, version: str, *, root: str | None = None) -> dict[str, Any]:
+def render_result(
+    result: ToolResult, version: str, *, root: str | None = None, tool: str | None = None
+) -> dict[str, Any]:
     """A ToolResult as an MCP ``CallToolResult`` for a client speaking ``version``.
 
     ``root`` is the served folder: an error's paths inside it are shown
-    relative to it (see ``sanitize``).
+    relative to it (see ``sanitize``). ``tool`` is the name the client
+    called, for an error's text (a served name may differ from the tool's
+    own); the error's ``tool`` when None.
     """
     if result.error is not None:
-        return _render_error(result, result.error, version, root)
+        return _render_error(result, result.error, version, root, tool or result.error.tool)
     content = _content_for(result.content, version)
     out: dict[str, Any] = {"content": content, "isError": False}
     details = result.details
@@ -110,15 +114,21 @@ def render_result(result: ToolResult, version: str, *, root: str | None = None) 
     return out
 
 
-def _render_error(result: ToolResult, error: ErrorInfo, version: str, root: str | None) -> dict[str, Any]:
+def _render_error(
+    result: ToolResult, error: ErrorInfo, version: str, root: str | None, tool: str | None
+) -> dict[str, Any]:
     clean = Sanitizer(root, error.module)
     message = clean.message(error)
+    text = error_text(error, message, tool)
     content = [
-        {**block, "text": message if block["text"] == error.message else clean.text(block["text"])}
+        {**block, "text": text if block["text"] == error.message else clean.text(block["text"])}
         if block.get("type") == "text"
         else block
         for block in _content_for(result.content, version)
     ]
+    if not any(block.get("type") == "text" and block["text"] == text for block in content):
+        # The error's own words come first, whatever else the result holds.
+        content.insert(0, {"type": "text", "text": text})
     out: dict[str, Any] = {"content": content, "isError": True}
     if version >= TITLE_SINCE:
         out["structuredContent"] = {"error": clean.structured(error, message)}

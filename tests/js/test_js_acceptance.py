@@ -254,3 +254,4 @@ async def test_serve_lists_and_calls_it(ts_repo: Path, transport: str, monkeypat
     assert messages == ["Scanning files..."]
     assert refused.is_error
     assert refused.meta is not None and refused.meta["xcsh-run/error"]["kind"] == "invalid_arguments"
+    assert text_of(refused) == "repo_stats: invalid arguments: at $.glob: expected a string, got 7"

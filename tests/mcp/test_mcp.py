@@ -282,10 +282,12 @@ async def test_a_crash_is_an_error_result_and_the_session_survives(
             error = error_of(result)
             assert error["kind"] == "crashed"
             assert evidence.items() <= error.items()
-            # What the model reads is the message without the worker's last stderr line.
-            assert text_of(result) == error["message"].split("; last stderr: ")[0]
+            # What the model reads names the tool, then the message without the worker's last stderr line.
+            message = error["message"].split("; last stderr: ")[0]
+            assert message.startswith(f"the worker running {tool!r} ")
+            assert text_of(result) == f"{tool}: crashed: " + message.replace(repr(tool), "the tool")
             assert result.structured_content is not None
-            assert result.structured_content["error"]["message"] == text_of(result)
+            assert result.structured_content["error"]["message"] == message
             assert text_of(await s.call_tool("add", {"a": 2})) == "2"
 
 

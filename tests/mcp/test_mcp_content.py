@@ -174,7 +174,7 @@ async def test_details_that_do_not_match_the_output_schema_are_a_tool_error(
             error = error_of(result)
             assert error["kind"] == "tool_error"
             assert error["path"] == path
-            assert text_of(result).startswith("'answer' returned details that do not match its output_schema: ")
+            assert text_of(result).startswith("answer failed: returned details that do not match its output_schema: ")
             assert says in text_of(result)
 
 
@@ -266,7 +266,7 @@ async def test_a_raising_tool_leaves_no_host_path_or_traceback_in_what_the_model
             model_view = text_of(result) + json.dumps(result.structured_content)
             assert_no_host_paths(model_view, served, str(TOOLS), os.environ["HOME"])
             # Inside the served folder: relative to it; the tool's own file: its name, with the line.
-            assert text_of(result) == "cannot read data/input.csv (see content.py:12)"
+            assert text_of(result) == "fails failed: FileNotFoundError: cannot read data/input.csv (see content.py:12)"
             assert result.structured_content is not None
             assert result.structured_content["error"]["module"] == "content.py"
             # The evidence is all in _meta, and in the server's log.
@@ -285,7 +285,7 @@ async def test_a_crashing_tool_keeps_its_stderr_out_of_what_the_model_reads(tran
             error = error_of(result)
             assert error["kind"] == "crashed"
             assert error["exit_code"] == 7
-            assert text_of(result) == "the worker running 'dies' exited with code 7"
+            assert text_of(result) == "dies: crashed: the worker running the tool exited with code 7"
             assert_no_host_paths(text_of(result) + json.dumps(result.structured_content), str(TOOLS), "gave up")
             assert "gave up" in error["message"] and "gave up" in error["stderr_tail"]
         assert "gave up" in Path("serve.log").read_text()
@@ -305,7 +305,8 @@ def test_a_load_error_names_the_module_by_its_place_in_the_served_folder() -> No
     model_text = (
         ".xcsh/tools/flaky.py: importing the module raised RuntimeError: cannot open key.txt or /etc/flaky.conf"
     )
-    assert rendered["content"] == [{"type": "text", "text": model_text}]
+    # No tool was called (the result was made alone): the text starts with the kind.
+    assert rendered["content"] == [{"type": "text", "text": f"not loaded: {model_text}"}]
     assert rendered["structuredContent"] == {
         "error": {"kind": "load_error", "message": model_text, "module": ".xcsh/tools/flaky.py"}
     }

@@ -24,6 +24,7 @@ from typing import Any, TypeAlias
 import msgspec
 
 from xcsh_run.worker._runtime.channel import Channel
+from xcsh_run.worker._runtime.expectation import describe
 from xcsh_run.worker._runtime.tool_module import LoadedTool, ResultError, normalize_result
 from xcsh_run.worker._sandbox import explain as _explain
 from xcsh_run.worker._tool_api import AbortSignal, Ctx, HostLink, ToolCancelled
@@ -88,20 +89,31 @@ class AsyncBridge:
 
 
 def decode_arguments(loaded: LoadedTool, params: m.CallParams) -> Any:
-    """The call's arguments in the tool's type, or the invalid_arguments error."""
+    """The call's arguments in the tool's type, or the invalid_arguments error (with ``expected`` and ``got``)."""
     try:
         return loaded.decoder.decode(params.arguments)
     except msgspec.ValidationError as exc:
         text = str(exc)
         match = _PATH_RE.search(text)
+        path = match.group(1) if match else "$"
+        schema = loaded.description.parameters
         if text.startswith("Invalid enum value") and match:
-            choices = enum_choices(loaded.description.parameters, match.group(1))
+            choices = enum_choices(schema, path)
             if choices:
                 text += f" (the choices: {', '.join(msgspec.json.encode(c).decode() for c in choices)})"
+        expected, got = describe(
+            text,
+            bytes(params.arguments),
+            path,
+            lambda at: enum_choices(schema, at),
+            lambda at: list(schema_at(schema, at).get("properties", {})),
+        )
         return error_object(
             ErrorCode.INVALID_ARGUMENTS,
             f"invalid arguments for {params.tool!r}: {text}",
-            path=match.group(1) if match else "$",
+            path=path,
+            expected=expected,
+            got=got,
         )
     except msgspec.DecodeError as exc:
         return error_object(ErrorCode.INVALID_ARGUMENTS, f"arguments are not JSON: {exc}", path="$")
@@ -109,13 +121,17 @@ def decode_arguments(loaded: LoadedTool, params: m.CallParams) -> Any:
 
 def enum_choices(schema: dict[str, Any], path: str) -> list[Any] | None:
     """The ``enum`` of the value at ``path`` (``$.a.b[0]``) in a Struct's schema, following its ``$ref``s."""
+    choices = schema_at(schema, path).get("enum")
+    return choices if isinstance(choices, list) else None
+
+
+def schema_at(schema: dict[str, Any], path: str) -> dict[str, Any]:
+    """The subschema for the value at ``path`` (``$.a.b[0]``), its ``$ref``s followed; ``{}`` if there is none."""
     node: Any = schema
     for key, index in _PART_RE.findall(path.removeprefix("$")):
         node = _deref(schema, node)
         node = node.get("items") if index else node.get("properties", {}).get(key)
-    node = _deref(schema, node)
-    choices = node.get("enum")
-    return choices if isinstance(choices, list) else None
+    return _deref(schema, node)
 
 
 _PART_RE = re.compile(r"\.([^.\[]+)|\[(\d+)\]")

@@ -111,13 +111,17 @@ class ErrorData(msgspec.Struct, frozen=True, omit_defaults=True):
     """``error.data`` of an application error: the kind plus optional evidence.
 
     ``exception``, ``exception_mro``, ``raised_at`` and ``deliberate`` describe
-    the exception behind a ``tool_error`` (protocol.md, section 6); a host must
-    not require them (older workers do not send them).
+    the exception behind a ``tool_error``, and ``expected`` and ``got`` what an
+    ``invalid_arguments`` value at ``path`` should have been and was
+    (protocol.md, section 6); a host must not require them (older workers do
+    not send them).
     """
 
     kind: str
     traceback: str | None = None
     path: str | None = None
+    expected: str | None = None
+    got: str | None = None
     limit: str | None = None
     exception: str | None = None
     exception_mro: list[str] | None = None
