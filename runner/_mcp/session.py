@@ -478,10 +478,10 @@ class McpSession:
         # runner or finds `request.cancelled` / `_closing` already set.
         if self._closing is not None:
             message = f"{name!r} was not started: {self._closing}"
-            return render_result(error_result(ErrorKind.CANCELLED, message), self._version)
+            return render_result(error_result(ErrorKind.CANCELLED, message), self._version, tool=name)
         if generation is None:
             message = f"{name!r} was not started: the tools could not be loaded ({self._server.runners.failure})"
-            return render_result(error_result(ErrorKind.LOAD_ERROR, message), self._version)
+            return render_result(error_result(ErrorKind.LOAD_ERROR, message), self._version, tool=name)
         call_id = f"mcp-{next(_call_numbers)}"
         request.runner, request.call_id = generation.runner, call_id
         if self._history_runner is not generation.runner:
@@ -514,4 +514,4 @@ class McpSession:
         await self._server.pending_changed()  # a call may leave a pending action, or resolve one
         if result.is_error:
             logger.info("tools/call %s (request %r): %s", name, request.id, result.kind)
-        return render_result(result, self._version, root=generation.runner.cwd)
+        return render_result(result, self._version, root=generation.runner.cwd, tool=name)
