@@ -116,6 +116,9 @@ def _inside(path: str, base: str) -> bool:
 def error_text(error: ErrorInfo, message: str, tool: str | None) -> str:
     """The one text a model reads of ``error`` (the module's rules); ``message`` is already cleaned."""
     detail = _detail(error, message, tool)
+    if error.kind == ErrorKind.TOOL_ERROR and detail.startswith(_APPROVAL_DENIED):
+        # Nothing ran, so nothing "failed": the denial says what to do.
+        return f"{tool}: {detail}" if tool else detail
     if error.kind == ErrorKind.TOOL_ERROR:
         exception = _shown_exception(error)
         if exception is not None:
@@ -134,6 +137,7 @@ def error_text(error: ErrorInfo, message: str, tool: str | None) -> str:
 
 
 _NOT_FOUND: Final = "no tool of that name"
+_APPROVAL_DENIED: Final = "approval denied: "  # the host's words for a call it did not run (_host.approval)
 
 
 def _detail(error: ErrorInfo, message: str, tool: str | None) -> str:

@@ -148,7 +148,7 @@ async def test_mcp_elicitation_accepts_and_declines(level: str, project: Path) -
             accepted = await f.call("note_write", {"file": "a.txt", "text": "one"})
             declined = await f.call("note_write", {"file": "b.txt", "text": "two"})
     assert (accepted.is_error, accepted.text) == (False, "wrote a.txt")
-    assert declined.is_error and declined.text.startswith("approval denied")
+    assert declined.is_error and declined.text.startswith(("approval denied", "note_write: approval denied"))
     assert [a.message for a in asked] == ["Path: a.txt\nContent: one", "Path: b.txt\nContent: two"]
     assert sorted(p.name for p in project.glob("*.txt")) == ["a.txt"]
 
@@ -162,7 +162,7 @@ async def test_mcp_without_elicitation_refuses_unless_approve(level: str, projec
             "mcp", level, GUARDED, cwd=str(project), allow_write=[str(project)], cli_options=("--approve",)
         ) as f:
             approved = await f.call("note_write", {"file": "b.txt", "text": "two"})
-    assert refused.is_error and refused.text.startswith("approval denied")
+    assert refused.is_error and refused.text.startswith("note_write: approval denied")
     assert (approved.is_error, approved.text) == (False, "wrote b.txt")
     assert sorted(p.name for p in project.glob("*.txt")) == ["b.txt"]
 
