@@ -25,8 +25,9 @@ from typing import Any, Final, Protocol
 
 import trio
 
+from xcsh_run._discovery import snippet
 from xcsh_run._errors import ConfigError
-from xcsh_run._results import ErrorKind, ToolResult, error_result
+from xcsh_run._results import ErrorKind, ToolResult, error_result, named
 
 
 class CallsTools(Protocol):
@@ -113,7 +114,8 @@ def _refused(tool: str, value: Any) -> ToolResult | None:
         message = str(value)
     else:
         message = f"arguments for {tool!r} must be a JSON object, got {type(value).__name__}"
-    return error_result(ErrorKind.INVALID_ARGUMENTS, message, path="$")
+    refused = error_result(ErrorKind.INVALID_ARGUMENTS, message, path="$", expected="an object", got=snippet(value))
+    return named(refused, tool)
 
 
 def _check(concurrency: int) -> None:
