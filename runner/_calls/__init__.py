@@ -23,13 +23,19 @@ if TYPE_CHECKING:
     from xcsh_run._calls.lifecycle import UpdateCallback as UpdateCallback
     from xcsh_run._calls.outcome import str_or_none as str_or_none
     from xcsh_run._calls.table import CallTable as CallTable
+    from xcsh_run._calls.trace_context import TraceContext as TraceContext
+    from xcsh_run._calls.trace_context import check_traceparent as check_traceparent
+    from xcsh_run._calls.trace_context import parse_traceparent as parse_traceparent
 
 __all__ = [
     "CallTable",
     "Calls",
     "CancelLadder",
     "DeadlineKeeper",
+    "TraceContext",
     "UpdateCallback",
+    "check_traceparent",
+    "parse_traceparent",
     "str_or_none",
 ]
 
@@ -40,7 +46,10 @@ _HOMES: dict[str, str] = {
     "Calls": "lifecycle",
     "CancelLadder": "ladder",
     "DeadlineKeeper": "deadlines",
+    "TraceContext": "trace_context",
     "UpdateCallback": "lifecycle",
+    "check_traceparent": "trace_context",
+    "parse_traceparent": "trace_context",
     "str_or_none": "outcome",
 }
 

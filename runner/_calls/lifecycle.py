@@ -46,6 +46,7 @@ from xcsh_run._calls.deadlines import DeadlineKeeper
 from xcsh_run._calls.ladder import DeliverCancel
 from xcsh_run._calls.outcome import deliverer, interpret, limits, log_end, not_sent, not_started, stopped
 from xcsh_run._calls.table import Call, CallTable
+from xcsh_run._calls.trace_context import TraceContext
 from xcsh_run._config import check_seconds
 from xcsh_run._discovery import ArgumentValidator, SchemaProblem, ToolInfo
 from xcsh_run._errors import RemoteProtocolError, WorkerDied
@@ -114,6 +115,7 @@ class Calls:
         on_update: UpdateCallback | None = None,
         tool_call_id: str | None = None,
         operation_id: str | None = None,
+        trace: TraceContext | None = None,
     ) -> ToolResult:
         """One call of a loaded tool to its single terminal result (see ``Runner.call_tool``)."""
         planned = self._plan(info, args, timeout, policy, default_timeout)
@@ -121,7 +123,10 @@ class Calls:
             return planned
         if policy not in self._checked:
             self._checked[policy] = check(policy, self._probe)  # fail closed before anything runs
-        call = self.table.add(tool_call_id or f"call-{next(_call_ids)}", info.name, operation_id)
+        call = self.table.add(tool_call_id or f"call-{next(_call_ids)}", info.name, operation_id, trace)
+        if trace is not None:
+            extra = {"tool": info.name, "call_id": call.call_id, "trace_id": trace.trace_id}
+            log.debug("%r (%s) continues trace %s", info.name, call.call_id, trace.traceparent, extra=extra)
         try:
             for _ in range(_REPLANS):
                 raw_args, seconds = planned
@@ -139,7 +144,7 @@ class Calls:
                 message = f"{info.module} kept changing while {info.name!r} was being started; run it again"
                 return error_result(ErrorKind.LOAD_ERROR, message, module=info.module)
             result = outcome
-            log_end(result, info.name, call.call_id, call.worker)
+            log_end(result, info.name, call.call_id, call.worker, call.trace)
             # The host's probe, plus what the worker itself failed to apply.
             unenforced = [*self._checked[policy], *call.worker_unenforced]
             if unenforced:

@@ -20,6 +20,7 @@ import sysconfig
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from xcsh_run._calls.trace_context import TraceContext
 from xcsh_run._discovery import LAST_STDERR, ToolInfo, check_details, last_line
 from xcsh_run._errors import RemoteError, RemoteProtocolError, WorkerDied, describe_exit
 from xcsh_run._pool import InFlight, LoadFailed, PoolWorker
@@ -290,12 +291,16 @@ _END_LEVELS: Final = {
 }
 
 
-def log_end(result: ToolResult, tool: str, call_id: str, worker: PoolWorker | None) -> None:
+def log_end(
+    result: ToolResult, tool: str, call_id: str, worker: PoolWorker | None, trace: TraceContext | None = None
+) -> None:
     """A host record of a call that ended in one of the host's own observations (see ``_END_LEVELS``)."""
     level = _END_LEVELS.get(result.kind or "")
     if level is None or result.error is None:
         return
     extra = {"tool": tool, "call_id": call_id, "pid": worker.pid if worker is not None else None}
+    if trace is not None:
+        extra["trace_id"] = trace.trace_id
     log.log(level, "%r ended %s: %s", tool, result.kind, result.error.message, extra=extra)
 
 

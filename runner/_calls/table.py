@@ -10,6 +10,7 @@ import logging
 
 import trio
 
+from xcsh_run._calls.trace_context import TraceContext
 from xcsh_run._errors import ConfigError
 from xcsh_run._pool import PoolWorker
 
@@ -21,11 +22,15 @@ class Call:
 
     __slots__ = (
         "call_id", "scope", "wake", "reason", "tool", "operation", "ui_scopes", "stopping", "worker_unenforced",
-        "worker", "violation", "grace", "forced", "pid_rules", "host_stop",
+        "worker", "violation", "grace", "forced", "pid_rules", "host_stop", "trace",
     )  # fmt: skip
 
-    def __init__(self, call_id: str, tool: str = "", operation: str | None = None) -> None:
+    def __init__(
+        self, call_id: str, tool: str = "", operation: str | None = None, trace: TraceContext | None = None
+    ) -> None:
         self.call_id = call_id
+        # The caller's trace this call belongs to (trace_context): named in the host's records of it.
+        self.trace = trace
         # What stops its waiting: the scope of a call that may wait for a worker,
         # or the event a warm call waits on for its answer.
         self.scope: trio.CancelScope | None = None
@@ -87,10 +92,10 @@ class CallTable:
         call = self.get(call_id)
         return call if call is not None and call.worker is worker else None
 
-    def add(self, call_id: str, tool: str, operation: str | None) -> Call:
+    def add(self, call_id: str, tool: str, operation: str | None, trace: TraceContext | None = None) -> Call:
         if call_id in self._calls:
             raise ConfigError(f"tool_call_id {call_id!r} is already running; ids must be unique")
-        call = self._calls[call_id] = Call(call_id, tool, operation)
+        call = self._calls[call_id] = Call(call_id, tool, operation, trace)
         return call
 
     def remove(self, call_id: str) -> None:

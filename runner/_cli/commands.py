@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 import typer
@@ -82,7 +83,6 @@ def serve_command(
     With --http, serve Streamable HTTP instead, at http://HOST:PORT/mcp (see docs/mcp.md).
     """
     from xcsh_run._mcp import serve_stdio  # only this command needs the MCP server
-    from xcsh_run._mcp.http import parse_address, serve_http
 
     configure_log_file(log_file, verbose=verbose)
     check_seconds(timeout=timeout, grace=grace, load_timeout=load_timeout, queue_timeout=queue_timeout)
@@ -94,6 +94,9 @@ def serve_command(
     if http is None and (port_file or allow_origin):
         fail("--port-file and --allow-origin need --http")
     if http is not None:
+        # Only --http imports the HTTP transport, and with it the SDK's stateless-era server.
+        from xcsh_run._mcp.http import parse_address
+
         try:
             parse_address(http)
         except ValueError as exc:
@@ -107,14 +110,16 @@ def serve_command(
             "(ps, /proc/PID/cmdline); set XCSH_RUN_MCP_TOKEN instead",
             err=True,
         )
-    http_options: dict[str, Any] = {
-        "address": http,
-        "port_file": port_file,
-        "token": token,
-        "allowed_origins": allow_origin or (),
-    }
+    transport: Callable[..., Awaitable[int]] = serve_stdio
+    if http is not None:
+        from xcsh_run._mcp.http import serve_http
+
+        http_options: dict[str, Any] = {
+            "address": http, "port_file": port_file, "token": token, "allowed_origins": allow_origin or (),
+        }  # fmt: skip
+        transport = functools.partial(serve_http, **http_options)
     serve = functools.partial(
-        serve_stdio if http is None else functools.partial(serve_http, **http_options),
+        transport,
         tools or (),
         timeout=timeout,
         grace=grace,

@@ -140,11 +140,12 @@ class AsyncioRunner(RunnerSettings):
         sandbox: SandboxPolicy | None = None,
         operation_id: str | None = None,
         session_id: str | None = None,
+        traceparent: str | None = None,
     ) -> ToolResult:
         call_id = tool_call_id or f"aio-{next(ids)}"
         job = self._portal.submit_call(
             name, arguments, call_id, on_update=on_update, timeout=timeout, ctx=ctx, sandbox=sandbox,
-            operation_id=operation_id, session_id=session_id,
+            operation_id=operation_id, session_id=session_id, traceparent=traceparent,
         )  # fmt: skip
         return await self._await(job)
 

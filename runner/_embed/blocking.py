@@ -135,13 +135,14 @@ class BlockingRunner(RunnerSettings):
         sandbox: SandboxPolicy | None = None,
         operation_id: str | None = None,
         session_id: str | None = None,
+        traceparent: str | None = None,
     ) -> ToolResult:
         self._check_thread()
         call_id = tool_call_id or f"sync-{next(ids)}"
         return self._wait(
             self.portal.submit_call(
                 name, arguments, call_id, on_update=on_update, timeout=timeout, ctx=ctx, sandbox=sandbox,
-                operation_id=operation_id, session_id=session_id,
+                operation_id=operation_id, session_id=session_id, traceparent=traceparent,
             )
         )  # fmt: skip
 

@@ -26,7 +26,15 @@ from typing import Any, Final
 
 import trio
 
-from xcsh_run._calls import Calls, CallTable, CancelLadder, DeadlineKeeper, UpdateCallback
+from xcsh_run._calls import (
+    Calls,
+    CallTable,
+    CancelLadder,
+    DeadlineKeeper,
+    TraceContext,
+    UpdateCallback,
+    check_traceparent,
+)
 from xcsh_run._config import (
     DEFAULT_FORKSERVER,
     DEFAULT_GRACE,
@@ -207,6 +215,7 @@ class Runner(RunnerSettings):
         sandbox: SandboxPolicy | None = None,
         operation_id: str | None = None,
         session_id: str | None = None,
+        traceparent: str | None = None,
     ) -> ToolResult:
         """Run one tool call to its single terminal result.
 
@@ -228,20 +237,24 @@ class Runner(RunnerSettings):
             session_id: the session the call belongs to (``ctx.sessionManager``
                 shows its history, and the result is recorded there); the
                 runner's own ``"default"`` session if None.
+            traceparent: the W3C ``traceparent`` of the caller's span this call
+                belongs to; the host's records of the call name its trace id.
 
         Returns:
             The result; ``is_error`` is True for every failure.
 
         Raises:
             RunnerClosedError: the runner is closed.
+            ValueError: ``traceparent`` is not a W3C traceparent.
 
         Cancellation: if the caller's scope is cancelled, the worker goes
         through the ladder and its tree is gone before ``Cancelled`` propagates.
         """
         self._check_open()
+        trace = check_traceparent(traceparent)
         result = await self._call_tool(
             name, arguments, on_update=on_update, timeout=timeout, tool_call_id=tool_call_id,
-            ctx=ctx, sandbox=sandbox, operation_id=operation_id, session_id=session_id,
+            ctx=ctx, sandbox=sandbox, operation_id=operation_id, session_id=session_id, trace=trace,
         )  # fmt: skip
         return named(result, name)
 
@@ -257,6 +270,7 @@ class Runner(RunnerSettings):
         sandbox: SandboxPolicy | None,
         operation_id: str | None,
         session_id: str | None,
+        trace: TraceContext | None,
     ) -> ToolResult:
         info = self._catalog.lookup(name)
         if info is None:
@@ -280,7 +294,7 @@ class Runner(RunnerSettings):
         result = await self._calls.call(
             info, args, timeout=timeout, policy=sandbox if sandbox is not None else self.policy_for(name),
             default_timeout=self.config.default_timeout, ctx=shared,
-            on_update=on_update, tool_call_id=tool_call_id, operation_id=operation_id,
+            on_update=on_update, tool_call_id=tool_call_id, operation_id=operation_id, trace=trace,
         )  # fmt: skip
         self._histories.record(session, tool_call_id, name, result)
         return result

@@ -110,6 +110,11 @@ class Runners:
         self._warned_names: set[str] = set()
         self.first_load = trio.Event()
 
+    @property
+    def poll_interval(self) -> float:
+        """Seconds between checks of the tool files for changes."""
+        return self._poll_interval
+
     async def current(self) -> Generation | None:
         """The generation to call, once no load runs; None if none could be loaded or after :meth:`stop`."""
         while not self._stopped:

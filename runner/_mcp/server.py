@@ -30,25 +30,46 @@ Rules:
 6. ``include_hidden`` (``serve --include-hidden NAME``) names hidden tools that
    ``tools/list`` shows all the same, for clients that call only what they are
    listed; ``resolve`` among them is listed always, pending actions or not.
+7. A ``tools/call`` reaches a tool the same way whichever revision carried it
+   (:meth:`ToolServer.call_tool`); the handshake sessions and the stateless era
+   differ only in the call's owner (where its progress, log records and
+   prompts go: ``call_link``) and in how a client stops it. The call runs on
+   the generation current when it arrives; one arriving while the server winds
+   down, or while no generation could be loaded, is not started and gets an
+   error result naming the tool.
+8. No checkpoint lies between a call's ``started`` hook and
+   :meth:`Runner.call_tool`'s registration of the call id, so a cancellation
+   either finds the call in the runner or finds the caller's flag set first.
+   Progress always precedes the result: the pump flushes the last partial
+   before the call's nursery lets the response go.
+9. A session's call history (``ctx.sessionManager``, :class:`CallHistory`)
+   follows it across reloads. ``_meta.traceparent`` (W3C Trace Context), when
+   well formed, is kept with the call; a malformed one is ignored, as the W3C
+   rules say, and the call runs all the same.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 import msgspec
 import trio
 
+from xcsh_run._calls import parse_traceparent
 from xcsh_run._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT, DEFAULT_QUEUE_TIMEOUT, check_seconds
 from xcsh_run._discovery import BUILTIN_MODULE, RESOLVE_TOOL, ToolInfo
 from xcsh_run._host import Runner, watching_signals
-from xcsh_run._mcp.call_link import CallLinks
+from xcsh_run._mcp.call_link import CallLinks, CallOwner
+from xcsh_run._mcp.line_transport import valid_id
 from xcsh_run._mcp.reload import Runners
+from xcsh_run._mcp.render import Progress, render_result
+from xcsh_run._results import ErrorKind, error_result
 from xcsh_run._sandbox import SandboxPolicy
 from xcsh_run._terminal import SafeFormatter
 
@@ -57,6 +78,8 @@ logger = logging.getLogger("xcsh_run.mcp")
 DEFAULT_POLL_INTERVAL: Final = 1.0
 # Beyond the ladder and a load's time, what a winding-down request may take.
 _WIND_DOWN_SLACK: Final = 2.0
+
+_call_numbers = itertools.count(1)
 
 
 class Outbox(Protocol):
@@ -94,6 +117,23 @@ class Session(Protocol):
     def can_elicit(self) -> bool | None:
         """Whether its client takes prompts (``elicitation``); None until it is initialized."""
         ...
+
+
+class CallHistory:
+    """One MCP session's record of calls in the runners (``ctx.sessionManager``), carried over reloads (rule 9)."""
+
+    __slots__ = ("session_id", "_runner")
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self._runner: Runner | None = None
+
+    def follow(self, runner: Runner) -> None:
+        """The session's next call runs on ``runner``: hand it what the previous runner kept."""
+        if self._runner is not runner:
+            if self._runner is not None:
+                runner.set_session_history(self.session_id, self._runner.session_history(self.session_id))
+            self._runner = runner
 
 
 class ToolServer:
@@ -213,6 +253,74 @@ class ToolServer:
         self.stopped_by = sig
         self.stop(f"received {sig.name}")
         return True  # taken: the server winds its calls down itself
+
+    # --- calls ------------------------------------------------------------------
+
+    async def call_tool(
+        self,
+        owner: CallOwner,
+        request: Any,
+        *,
+        name: str,
+        arguments: Any,
+        meta: Any,
+        version: str,
+        history: CallHistory,
+        closing: Callable[[], str | None],
+        send_progress: Callable[[dict[str, Any]], Awaitable[None]],
+        label: str,
+        started: Callable[[Runner, str], None] = lambda runner, call_id: None,
+    ) -> dict[str, Any]:
+        """Run ``name`` for ``owner``'s ``request``; the ``tools/call`` result, rendered for ``version`` (rules 7-9).
+
+        ``meta`` is the request's ``_meta`` (a progress token, a traceparent);
+        ``closing`` says why the caller takes no more calls, if it does not;
+        ``started`` is told the runner and call id just before the call starts
+        (rule 8); ``send_progress`` sends one ``notifications/progress``'s params;
+        ``label`` names the request in the server's log.
+        """
+        meta = meta if isinstance(meta, dict) else {}
+        token = meta.get("progressToken")
+        trace = parse_traceparent(meta.get("traceparent"), meta.get("tracestate"))
+        generation = await self.runners.current()
+        # The names of the generation just handed out: a name served in tools/list maps back to its tool.
+        tool = self.runners.names.to_tool(name)
+        # Rule 8: no checkpoint from here to call_tool's registration of the call id.
+        why = closing()
+        if why is not None:
+            not_started = error_result(ErrorKind.CANCELLED, f"{name!r} was not started: {why}")
+            return render_result(not_started, version, tool=name)
+        if generation is None:
+            message = f"{name!r} was not started: the tools could not be loaded ({self.runners.failure})"
+            return render_result(error_result(ErrorKind.LOAD_ERROR, message), version, tool=name)
+        call_id = f"mcp-{next(_call_numbers)}"
+        started(generation.runner, call_id)
+        history.follow(generation.runner)
+        with generation.in_use():
+            async with trio.open_nursery() as nursery:
+                progress = Progress(token, send_progress) if valid_id(token) else None
+                if progress is not None:
+                    nursery.start_soon(progress.pump)
+                link = self.links.open(call_id, owner, request, name, nursery)
+                try:
+                    result = await generation.runner.call_tool(
+                        tool,
+                        arguments,
+                        on_update=progress.update if progress is not None else None,
+                        timeout=self.timeout,
+                        tool_call_id=call_id,
+                        session_id=history.session_id,
+                        traceparent=trace.traceparent if trace is not None else None,
+                    )
+                finally:
+                    # Rule 8: the pump flushes the last partial, then the nursery lets the response go.
+                    if progress is not None:
+                        progress.close()
+                    link.close()
+        await self.pending_changed()  # a call may leave a pending action, or resolve one
+        if result.is_error:
+            logger.info("tools/call %s (%s): %s", name, label, result.kind)
+        return render_result(result, version, root=generation.runner.cwd, tool=name)
 
     # --- what sessions are shown and asked ----------------------------------------
 

@@ -64,7 +64,6 @@ application.
 from __future__ import annotations
 
 import functools
-import itertools
 import logging
 import math
 import uuid
@@ -76,7 +75,7 @@ import trio
 from xcsh_run._discovery import ToolInfo
 from xcsh_run._host import Runner
 from xcsh_run._mcp.elicit import Answer, Asker, can_elicit, can_sample, is_answer
-from xcsh_run._mcp.line_transport import RequestId, error_line, valid_id
+from xcsh_run._mcp.line_transport import RequestId, error_line
 from xcsh_run._mcp.log_records import DEFAULT_LEVEL, parse_level
 from xcsh_run._mcp.methods import (
     CANCELLED,
@@ -98,11 +97,9 @@ from xcsh_run._mcp.methods import (
 )
 from xcsh_run._mcp.methods import RpcError as _RpcError
 from xcsh_run._mcp.names import rename_listed
-from xcsh_run._mcp.render import INSTRUCTIONS, Progress, render_result, render_tools
-from xcsh_run._mcp.request import McpRequest as _Request
-from xcsh_run._mcp.server import Outbox, ToolServer
+from xcsh_run._mcp.render import INSTRUCTIONS, render_tools
+from xcsh_run._mcp.server import CallHistory, Outbox, ToolServer
 from xcsh_run._mcp.wire import Batch, Incoming, Malformed
-from xcsh_run._results import ErrorKind, error_result
 from xcsh_run.worker.protocol import (
     ErrorCode,
     ErrorObject,
@@ -128,7 +125,28 @@ LATEST_PROTOCOL_VERSION: Final = "2025-11-25"
 # request is answered with the latest, and the client decides (lifecycle spec).
 SUPPORTED_PROTOCOL_VERSIONS: Final = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 
-_call_numbers = itertools.count(1)
+
+class _Request:
+    """One request in flight: what a ``notifications/cancelled`` needs to stop it.
+
+    Which requests are in flight, and that each is answered once, is the
+    connection's business; this is the task's side: its scope and its call.
+    """
+
+    __slots__ = ("id", "method", "params", "reply", "batch", "cancelled", "scope", "runner", "call_id")
+
+    def __init__(
+        self, request_id: RequestId, method: str, params: dict[str, Any], reply: Outbox, batch: BatchReply | None
+    ) -> None:
+        self.id = request_id
+        self.method = method
+        self.params = params
+        self.reply = reply  # where its progress, its log records, its prompts and its response go
+        self.batch = batch  # the batch it came in, answered as one array (then `reply` ends)
+        self.cancelled = False
+        self.scope = trio.CancelScope()  # entered by its task
+        self.runner: Runner | None = None
+        self.call_id: str | None = None
 
 
 class McpSession:
@@ -162,8 +180,7 @@ class McpSession:
         self._asker = Asker(self._conn)  # the prompts sent to its client, waiting for their answers
         # The runner's record of this session's calls (ctx.sessionManager); carried
         # over to the next generation's runner when `serve` reloads the tools.
-        self.session_id = f"mcp-{uuid.uuid4().hex[:12]}"
-        self._history_runner: Runner | None = None
+        self._history = CallHistory(f"mcp-{uuid.uuid4().hex[:12]}")
         server.sessions.add(self)
 
     @property
@@ -467,51 +484,20 @@ class McpSession:
         name = params.get("name")
         if not isinstance(name, str):
             raise _RpcError(ErrorCode.INVALID_PARAMS, 'invalid params: tools/call needs "name", a string')
-        arguments = params.get("arguments")
-        meta = params.get("_meta")
-        token = meta.get("progressToken") if isinstance(meta, dict) else None
-        generation = await self._server.runners.current()
-        # The names of the generation just handed out: a name served in tools/list maps back to its tool.
-        tool = self._server.runners.names.to_tool(name)
-        # No checkpoint from here to call_tool's registration of the call id,
-        # so a cancellation (or the wind-down) either finds the call in the
-        # runner or finds `request.cancelled` / `_closing` already set.
-        if self._closing is not None:
-            message = f"{name!r} was not started: {self._closing}"
-            return render_result(error_result(ErrorKind.CANCELLED, message), self._version, tool=name)
-        if generation is None:
-            message = f"{name!r} was not started: the tools could not be loaded ({self._server.runners.failure})"
-            return render_result(error_result(ErrorKind.LOAD_ERROR, message), self._version, tool=name)
-        call_id = f"mcp-{next(_call_numbers)}"
-        request.runner, request.call_id = generation.runner, call_id
-        if self._history_runner is not generation.runner:
-            if self._history_runner is not None:
-                kept = self._history_runner.session_history(self.session_id)
-                generation.runner.set_session_history(self.session_id, kept)
-            self._history_runner = generation.runner
-        with generation.in_use():
-            async with trio.open_nursery() as nursery:
-                send = functools.partial(self.notify_for, request, PROGRESS)
-                progress = Progress(token, send) if valid_id(token) else None
-                if progress is not None:
-                    nursery.start_soon(progress.pump)
-                link = self._server.links.open(call_id, self, request, name, nursery)
-                try:
-                    result = await generation.runner.call_tool(
-                        tool,
-                        arguments,
-                        on_update=progress.update if progress is not None else None,
-                        timeout=self._server.timeout,
-                        tool_call_id=call_id,
-                        session_id=self.session_id,
-                    )
-                finally:
-                    # The pump flushes the last partial, then the nursery lets
-                    # the response go: progress always precedes the result.
-                    if progress is not None:
-                        progress.close()
-                    link.close()
-        await self._server.pending_changed()  # a call may leave a pending action, or resolve one
-        if result.is_error:
-            logger.info("tools/call %s (request %r): %s", name, request.id, result.kind)
-        return render_result(result, self._version, root=generation.runner.cwd, tool=name)
+
+        def started(runner: Runner, call_id: str) -> None:
+            request.runner, request.call_id = runner, call_id
+
+        return await self._server.call_tool(
+            self,
+            request,
+            name=name,
+            arguments=params.get("arguments"),
+            meta=params.get("_meta"),
+            version=self._version,
+            history=self._history,
+            closing=lambda: self._closing,
+            send_progress=functools.partial(self.notify_for, request, PROGRESS),
+            label=f"request {request.id!r}",
+            started=started,
+        )

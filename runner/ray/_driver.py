@@ -15,6 +15,7 @@ from typing import Any, Final
 
 import trio
 
+from xcsh_run._calls import check_traceparent
 from xcsh_run._discovery import LoadError, ToolInfo
 from xcsh_run._embed import runner_doc
 from xcsh_run._errors import ConfigError, runner_closed
@@ -155,11 +156,13 @@ class RayRunner:
         sandbox: SandboxPolicy | None = None,
         operation_id: str | None = None,
         session_id: str | None = None,
+        traceparent: str | None = None,
     ) -> ToolResult:
         if self._closed:
             raise runner_closed(_BLOCK)
         if on_update is not None:
             raise ConfigError("on_update is not supported over Ray: partial results stay on the node")
+        check_traceparent(traceparent)  # a ValueError here, as locally, not a failure on the node
         call_id = tool_call_id or f"ray-{next(_ids)}"
         if call_id in self._flights:
             raise ConfigError(f"a call with id {call_id!r} is already running; give each call its own id")
@@ -172,6 +175,7 @@ class RayRunner:
             "sandbox": sandbox,
             "operation_id": operation_id,
             "session_id": session_id,
+            "traceparent": traceparent,
         }
         ref = node.handle.call.remote(name, dict(arguments) if arguments is not None else None, call_id, options)
         flight = _Flight(node, ref)

@@ -68,8 +68,11 @@ from typing import Any, Final
 
 import msgspec
 import trio
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
 
 from xcsh_run._mcp.http.admission import HEAD_TIMEOUT, MAX_PENDING, Admission, Ticket
+from xcsh_run._mcp.http.asgi import serve_asgi
 from xcsh_run._mcp.http.h11_io import (
     LOOPBACK,
     ConnectionGone,
@@ -83,6 +86,7 @@ from xcsh_run._mcp.http.h11_io import (
 from xcsh_run._mcp.http.streams import EventStream, JsonReply, StreamBusy
 from xcsh_run._mcp.server import ToolServer
 from xcsh_run._mcp.session import SUPPORTED_PROTOCOL_VERSIONS, McpSession
+from xcsh_run._mcp.stateless import StatelessServer
 from xcsh_run._mcp.wire import Batch, Malformed, RequestId, classify, error_line, recover_id
 from xcsh_run.worker.protocol import ErrorCode, Request
 
@@ -156,12 +160,21 @@ class HttpServer:
         self._sessions: collections.OrderedDict[str, _HttpSession] = collections.OrderedDict()
         self._numbers = itertools.count(1)
         self._nursery: trio.Nursery | None = None
+        # Requests of the stateless era go to the SDK's handler for them, behind the same admission (rule 9).
+        self._stateless = StatelessServer(tools, tools.runners.poll_interval)
+        self._sdk = StreamableHTTPSessionManager(
+            self._stateless.sdk,
+            stateless=True,
+            max_request_body_size=max_body,
+            # Origin and token were checked here first (rule 1); the SDK's own Host/Origin lists are not wanted.
+            security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        )
 
     async def serve(self, listeners: list[trio.SocketListener], *, handle_signals: bool = False) -> None:
         """Serve until a signal (or cancellation); returns once every worker is gone (rule 6)."""
 
         async def main(_: trio.Nursery) -> None:
-            async with trio.open_nursery() as nursery:
+            async with self._sdk.run(), trio.open_nursery() as nursery:
                 self._nursery = nursery
                 await self.admission.serve(listeners, self._connection, nursery)
 
@@ -245,8 +258,9 @@ class HttpServer:
             raise _Refused(404, f"not found: the MCP endpoint is {ENDPOINT}")
         version = headers.get("mcp-protocol-version")
         if version is not None and version not in SUPPORTED_PROTOCOL_VERSIONS:
-            supported = ", ".join(SUPPORTED_PROTOCOL_VERSIONS)
-            raise _Refused(400, f"unsupported MCP-Protocol-Version {version!r}; supported: {supported}")
+            # Rule 9: the stateless era, or a revision unknown here, which the SDK refuses naming those it serves.
+            await serve_asgi(self._sdk.handle_request, conn, request)
+            return
         if request.method == "POST":
             await self._post(conn, request)
         elif request.method == "GET":

@@ -1,0 +1,261 @@
+"""MCP 2026-07-28 (the stateless era) on the same endpoint as the handshake revisions, over Streamable HTTP.
+
+The client is the official SDK's ``Client`` pinned to 2026-07-28 (no
+``initialize``; each request carries its revision and capabilities in
+``_meta``), and raw HTTP where the wire itself is the point. The server is a
+real ``xcsh-run serve --http`` with real workers; the handshake revisions on
+the same server are the other tests' business, and one test here checks that
+both eras are served side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import mcp_types
+import pytest
+import trio
+from mcp.client import Client
+
+from tests._support.mcp_clients import BASIC, DEADLINE, http_server, sdk_session
+from tests.conftest import SDK_HTTP_LEFTOVERS
+from tests.mcp import test_mcp
+from tests.mcp.test_mcp import error_of, text_of, wait_exited
+
+pytestmark = SDK_HTTP_LEFTOVERS
+
+REVISION = "2026-07-28"
+
+CHATTY = """
+from xcsh_run.pi import CustomTool
+
+
+def factory(api):
+    def chatty(tcid, params, on_update, ctx, signal_):
+        api.logger.debug("debug record")
+        api.logger.warning("warning record")
+        api.logger.error("error record")
+        return "chatted"
+
+    def prompts(tcid, params, on_update, ctx, signal_):
+        return f"confirmed={api.ui.confirm('Proceed', 'Really?')!r} has_ui={api.has_ui}"
+
+    return [
+        CustomTool(name="chatty", description="Logs three records", parameters={"type": "object"}, execute=chatty),
+        CustomTool(name="prompts", description="Asks to confirm", parameters={"type": "object"}, execute=prompts),
+    ]
+"""
+
+
+extra = test_mcp.extra  # the fixture: a module of tools that spin, or ignore SIGTERM
+
+
+@pytest.fixture
+def chatty(tmp_path: Path) -> str:
+    path = tmp_path / "chatty.py"
+    path.write_text(CHATTY)
+    return str(path)
+
+
+def envelope(**extra_meta: Any) -> dict[str, Any]:
+    """The ``_meta`` a 2026-07-28 request carries."""
+    return {
+        "io.modelcontextprotocol/protocolVersion": REVISION,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "raw-test", "version": "1"},
+        **extra_meta,
+    }
+
+
+async def post(url: str, method: str, params: dict[str, Any], *, name: str | None = None) -> httpx2.Response:
+    """One raw 2026-07-28 request, with the standard headers (``Mcp-Name`` for tools/call)."""
+    headers = {
+        "accept": "application/json, text/event-stream",
+        "content-type": "application/json",
+        "mcp-protocol-version": REVISION,
+        "mcp-method": method,
+    }
+    if name is not None:
+        headers["mcp-name"] = name
+    body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": params}
+    async with httpx2.AsyncClient(timeout=DEADLINE) as client:
+        return await client.post(url, headers=headers, content=json.dumps(body))
+
+
+def answer(response: httpx2.Response) -> dict[str, Any]:
+    """The JSON-RPC response in a JSON body or in the last data event of an SSE body."""
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        events = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")]
+        messages = [json.loads(e) for e in events if e]
+        return next(m for m in reversed(messages) if "id" in m)
+    decoded: dict[str, Any] = response.json()
+    return decoded
+
+
+async def test_a_2026_client_lists_and_calls_tools_without_initialize() -> None:
+    with trio.fail_after(DEADLINE):
+        async with http_server(BASIC) as server, Client(server.url, mode=REVISION) as client:
+            names = {tool.name for tool in (await client.list_tools()).tools}
+            assert {"echo", "add", "progress", "raises"} <= names
+            assert text_of(await client.call_tool("echo", {"text": "stateless"})) == "stateless"
+            added = await client.call_tool("add", {"a": 2, "b": 3})
+            assert not added.is_error
+            assert text_of(added) == "5"
+
+
+async def test_results_carry_their_type_and_the_listing_a_cache_hint_and_no_session_is_opened() -> None:
+    with trio.fail_after(DEADLINE):
+        async with http_server(BASIC) as server:
+            listed = await post(server.url, "tools/list", {"_meta": envelope()})
+            assert listed.status_code == 200
+            assert "mcp-session-id" not in listed.headers
+            result = answer(listed)["result"]
+            assert result["resultType"] == "complete"
+            assert result["ttlMs"] == 1000  # the poll interval: the tool files are checked that often
+            assert result["cacheScope"] == "public"
+            assert result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "xcsh-run"
+            called = answer(
+                await post(
+                    server.url,
+                    "tools/call",
+                    {"name": "echo", "arguments": {"text": "x"}, "_meta": envelope()},
+                    name="echo",
+                )
+            )
+            assert called["result"]["resultType"] == "complete"
+            assert called["result"]["content"] == [{"type": "text", "text": "x"}]
+
+
+async def test_discover_names_both_eras_and_an_unknown_revision_is_refused_with_the_ones_served() -> None:
+    with trio.fail_after(DEADLINE):
+        async with http_server(BASIC) as server:
+            discovered = answer(await post(server.url, "server/discover", {"_meta": envelope()}))["result"]
+            assert REVISION in discovered["supportedVersions"]
+            assert "tools" in discovered["capabilities"]
+            async with httpx2.AsyncClient(timeout=DEADLINE) as http:
+                body = {"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {"_meta": envelope()}}
+                body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = "2099-01-01"
+                headers = {
+                    "accept": "application/json, text/event-stream",
+                    "content-type": "application/json",
+                    "mcp-protocol-version": "2099-01-01",
+                    "mcp-method": "tools/list",
+                }
+                refused = await http.post(server.url, headers=headers, content=json.dumps(body))
+            assert refused.status_code == 400
+            error = answer(refused)["error"]
+            assert error["code"] == mcp_types.UNSUPPORTED_PROTOCOL_VERSION
+            assert error["data"]["requested"] == "2099-01-01"
+            assert REVISION in error["data"]["supported"]
+
+
+async def test_removed_methods_are_not_found_under_2026() -> None:
+    with trio.fail_after(DEADLINE):
+        async with http_server(BASIC) as server:
+            for method in ("ping", "logging/setLevel", "initialize"):
+                response = await post(server.url, method, {"_meta": envelope()})
+                assert response.status_code == 404, method
+                assert answer(response)["error"]["code"] == mcp_types.METHOD_NOT_FOUND, method
+
+
+async def test_both_eras_are_served_side_by_side_on_one_endpoint() -> None:
+    with trio.fail_after(DEADLINE):
+        async with (
+            http_server(BASIC) as server,
+            sdk_session(server.url) as legacy,
+            Client(server.url, mode=REVISION) as modern,
+        ):
+            assert text_of(await legacy.call_tool("echo", {"text": "handshake"})) == "handshake"
+            assert text_of(await modern.call_tool("echo", {"text": "stateless"})) == "stateless"
+            assert text_of(await legacy.call_tool("echo", {"text": "again"})) == "again"
+
+
+async def test_progress_rides_the_requests_stream() -> None:
+    seen: list[float] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append(progress)
+
+    with trio.fail_after(DEADLINE):
+        async with http_server(BASIC) as server, Client(server.url, mode=REVISION) as client:
+            result = await client.call_tool("progress", {"count": 3}, progress_callback=on_progress)
+            assert not result.is_error
+            assert len(seen) >= 1
+            assert seen == sorted(seen)
+
+
+async def test_an_error_names_the_tool_and_the_exception() -> None:
+    with trio.fail_after(DEADLINE):
+        async with http_server(BASIC) as server, Client(server.url, mode=REVISION) as client:
+            result = await client.call_tool("raises", {})
+            assert error_of(result)["kind"] == "tool_error"
+            assert text_of(result).startswith("raises failed: ")
+            invalid = await client.call_tool("add", {"a": "two", "b": 3})
+            assert text_of(invalid).startswith("add: invalid arguments: at $.a: expected ")
+
+
+async def test_log_records_come_only_when_the_request_asks_and_only_from_its_level_up(chatty: str) -> None:
+    records: list[mcp_types.LoggingMessageNotificationParams] = []
+
+    async def on_log(params: mcp_types.LoggingMessageNotificationParams) -> None:
+        records.append(params)
+
+    with trio.fail_after(DEADLINE):
+        async with http_server(chatty) as server:
+            async with Client(server.url, mode=REVISION, logging_callback=on_log) as quiet:
+                assert text_of(await quiet.call_tool("chatty", {})) == "chatted"
+            assert records == []  # no logLevel in _meta: no records (the revision's per-request opt-in)
+            async with Client(server.url, mode=REVISION, logging_callback=on_log, log_level="warning") as asking:
+                assert text_of(await asking.call_tool("chatty", {})) == "chatted"
+            assert [(r.level, r.data) for r in records] == [("warning", "warning record"), ("error", "error record")]
+            assert {r.logger for r in records} == {"chatty"}
+
+
+async def test_a_prompt_gets_its_no_op_answer_at_once_there_being_no_back_channel(chatty: str) -> None:
+    with trio.fail_after(DEADLINE):
+        async with http_server(chatty) as server, Client(server.url, mode=REVISION) as client:
+            assert text_of(await client.call_tool("prompts", {})) == "confirmed=False has_ui=False"
+
+
+async def test_closing_the_stream_cancels_the_call_through_the_ladder(extra: str) -> None:
+    started = trio.Event()
+    pid: list[int] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        if message is not None and message.startswith("started "):
+            pid.append(int(message.split()[1]))
+            started.set()
+
+    with trio.fail_after(DEADLINE):
+        async with http_server(BASIC, extra) as server, Client(server.url, mode=REVISION) as client:
+            async with trio.open_nursery() as nursery:
+                scope = trio.CancelScope()
+
+                async def call() -> None:
+                    with scope:
+                        await client.call_tool("stubborn", {}, progress_callback=on_progress)
+
+                nursery.start_soon(call)
+                await started.wait()
+                assert os.path.exists(f"/proc/{pid[0]}")
+                scope.cancel()  # the client closes the request's response stream: the cancel of 2026-07-28
+            await wait_exited(pid[0])  # it ignores SIGTERM: the ladder's kill ends it after the grace
+            assert text_of(await client.call_tool("echo", {"text": "still here"})) == "still here"
+
+
+async def test_a_traceparent_is_kept_with_the_call_and_a_malformed_one_is_ignored(tmp_path: Path) -> None:
+    log = tmp_path / "host.log"
+    good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    with trio.fail_after(DEADLINE):
+        async with http_server(BASIC, options=("--log-file", str(log), "-vv")) as server:
+            for traceparent in (good, "00-not-a-trace-01"):
+                params = {"name": "echo", "arguments": {"text": "t"}, "_meta": envelope(traceparent=traceparent)}
+                called = answer(await post(server.url, "tools/call", params, name="echo"))
+                assert called["result"]["content"] == [{"type": "text", "text": "t"}]
+    text = log.read_text()
+    assert f"continues trace {good}" in text
+    assert "not-a-trace" not in text
