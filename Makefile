@@ -88,9 +88,10 @@ $(BENCH_STAMP): $(STAMP)
 bench: $(BENCH_STAMP) $(BUN_STAMP)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
-## The MCP conformance suite's server scenarios against `xcsh-run serve --http`, one row per scenario.
+## The MCP conformance suite's requirement sets for 2025-11-25 and 2026-07-28 against `xcsh-run serve
+## --http`, one row per scenario, known failures in tests/conformance/expected-failures/REV.yaml.
 ## Installs the suite and the Node 22 it needs from the npm registry into .cache/conformance the first
-## time (about 240 MB); extra flags: make conformance CONFORMANCE_ARGS='--scenario tools-list --verbose'.
+## time (about 240 MB); extra flags: make conformance CONFORMANCE_ARGS='--revision 2026-07-28 --scenario tools-list --verbose'.
 conformance: $(STAMP)
 	$(BIN)/python tests/conformance/run.py $(CONFORMANCE_ARGS)
 

@@ -32,6 +32,22 @@ SUITE_TOOL_NAMES = {
     "test_elicitation_sep1034_defaults",
     "test_elicitation_sep1330_enums",
     "json_schema_2020_12_tool",
+    # 2026-07-28: input-required-result-*, server-stateless, tasks-*
+    "test_input_required_result_elicitation",
+    "test_input_required_result_sampling",
+    "test_input_required_result_request_state",
+    "test_input_required_result_multi_round",
+    "test_input_required_result_tampered_state",
+    "test_input_required_result_capabilities",
+    "test_missing_capability",
+    "test_streaming_elicitation",
+    "test_logging_tool",
+    "greet",
+    "slow_compute",
+    "failing_job",
+    "confirm_delete",
+    "multi_input",
+    "test_tool_with_task",
 }
 
 
@@ -48,6 +64,9 @@ async def test_every_tool_the_suite_calls_loads_with_its_schema() -> None:
     assert schema["additionalProperties"] is False
     assert tools["test_sampling"].parameters["required"] == ["prompt"]
     assert tools["test_elicitation"].parameters["required"] == ["message"]
+    assert tools["greet"].parameters["required"] == ["name"]
+    assert set(tools["slow_compute"].parameters["properties"]) == {"seconds", "label"}
+    assert tools["confirm_delete"].parameters["required"] == ["filename"]
 
 
 async def test_the_tools_answer_as_the_suite_checks() -> None:
@@ -76,3 +95,28 @@ async def test_the_tools_answer_as_the_suite_checks() -> None:
     assert elicit.text == "User response: action=cancel, content={}"
     assert schema.text == 'JSON Schema 2020-12 tool called with: {"name": "n", "address": {"city": "c"}}'
     assert extra.kind == "invalid_arguments"
+
+
+async def test_the_2026_tools_answer_without_a_client() -> None:
+    # No UI and no MCP client: elicitations answer cancel and sampling answers None at once.
+    with trio.fail_after(60):
+        async with make_runner(CONFORMANCE_TOOLS) as runner:
+            greet = await runner.call_tool("greet", {"name": "World"})
+            slow = await runner.call_tool("slow_compute", {"seconds": 0, "label": "instant"})
+            failing = await runner.call_tool("failing_job", {})
+            asked = await runner.call_tool("test_input_required_result_elicitation", {})
+            state = await runner.call_tool("test_input_required_result_request_state", {})
+            sampled = await runner.call_tool("test_input_required_result_sampling", {})
+            fallback = await runner.call_tool("test_input_required_result_capabilities", {})
+            both = await runner.call_tool("multi_input", {})
+            kept = await runner.call_tool("confirm_delete", {"filename": "rt.txt"})
+
+    assert greet.text == "Hello, World!"
+    assert slow.text == "Computed instant in 0 s" and not slow.is_error
+    assert failing.is_error and failing.kind == "tool_error"
+    assert asked.text == "No name given"
+    assert "state-ok" in state.text
+    assert sampled.text.startswith("Sampling not available")
+    assert fallback.text == "Elicited: None"
+    assert both.text == "name=None, color=None"
+    assert kept.text == "Kept rt.txt"

@@ -1,14 +1,23 @@
-"""The tools the MCP conformance suite (``@modelcontextprotocol/conformance`` 0.1.16) calls by name.
+"""The tools the MCP conformance suite (``@modelcontextprotocol/conformance`` 0.2.0-alpha.12) calls by name.
 
-Served by ``tests/conformance/run.py`` (``make conformance``) with ``xcsh-run serve --http``.
-Each tool does what the suite's scenario of that name asks of the server under test
-(docs/conformance.md lists them); the texts, URIs and schemas are the suite's own.
+Served by ``tests/conformance/run.py`` (``make conformance``) with ``xcsh-run serve --http``, for
+the 2025-11-25 and the 2026-07-28 requirement sets. Each tool does what the suite's scenario
+that calls it asks of the server under test (docs/conformance.md lists them); the texts, URIs
+and schemas are the suite's own.
+
+The 2026-07-28 tools (input-required-result-*, server-stateless, tasks-*) are written with the
+same blocking requests as the others (``api.ui.elicit``, ``api.sample``): turning a request
+into an ``InputRequiredResult`` and the client's answer back into its value, keeping
+``requestState`` and running a call as a task are the server's work, not the tool's. What
+the tool API cannot say at all (a ``roots/list`` request, a tool's task support, a tool that
+changes the tool list) has no tool here; docs/conformance.md names those.
 
 Where the host API has no way yet to do what a scenario needs, the tool uses the
 nearest thing it has and says so in its docstring. ``api.ui.elicit`` and
 ``api.sample`` are looked up at call time: a host that offers them is used at once.
 """
 
+import asyncio
 import base64
 import json
 import struct
@@ -127,6 +136,31 @@ JSON_SCHEMA_2020_12 = {
 }
 
 
+NAME_SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+CONFIRM_SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+COLOR_SCHEMA = {"type": "object", "properties": {"color": {"type": "string"}}, "required": ["color"]}
+DELETE_SCHEMA = {"type": "object", "properties": {"confirm": {"type": "boolean"}}, "required": ["confirm"]}
+
+GREET_PARAMS = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "description": "Who to greet"}},
+    "required": ["name"],
+}
+SLOW_COMPUTE_PARAMS = {
+    "type": "object",
+    "properties": {
+        "seconds": {"type": "number", "minimum": 0, "description": "How long to work"},
+        "label": {"type": "string", "description": "A name for this run, repeated in the result"},
+    },
+    "required": ["seconds"],
+}
+FILENAME_PARAMS = {
+    "type": "object",
+    "properties": {"filename": {"type": "string", "description": "The file to delete"}},
+    "required": ["filename"],
+}
+
+
 def _text(text):
     return {"content": [{"type": "text", "text": text}], "details": None}
 
@@ -142,6 +176,16 @@ def factory(api):
         if value is None:
             return "decline", None
         return "accept", {"response": value}
+
+    def answered(answer, key):
+        """The value of ``key`` in an accepted elicitation, else None."""
+        if answer.get("action") != "accept":
+            return None
+        return (answer.get("content") or {}).get(key)
+
+    def sampled_text(answer):
+        content = (answer or {}).get("content") or {}
+        return content.get("text") if isinstance(content, dict) else None
 
     def simple_text(tool_call_id, params, on_update, ctx, signal):
         return _text("This is a simple text response for testing.")
@@ -229,6 +273,100 @@ def factory(api):
     def json_schema_2020_12(tool_call_id, params, on_update, ctx, signal):
         return _text(f"JSON Schema 2020-12 tool called with: {json.dumps(params)}")
 
+    # --- 2026-07-28: input-required-result-* (SEP-2322), server-stateless (SEP-2575) ---------------
+
+    def irr_elicitation(tool_call_id, params, on_update, ctx, signal):
+        # The suite names this request `user_name` in inputRequests (and answers it by that key
+        # without asking first); the key is the server's to choose, not the tool's.
+        name = answered(api.ui.elicit("What is your name?", NAME_SCHEMA), "name")
+        return _text(f"Hello, {name}!" if name is not None else "No name given")
+
+    def irr_sampling(tool_call_id, params, on_update, ctx, signal):
+        answer = api.sample("What is the capital of France?", max_tokens=100)
+        text = sampled_text(answer)
+        return _text(text if text is not None else "Sampling not available: the client offers no sampling")
+
+    def irr_request_state(tool_call_id, params, on_update, ctx, signal):
+        # "state-ok": the server got back and checked the requestState it minted for this call.
+        ok = answered(api.ui.elicit("Please confirm", CONFIRM_SCHEMA), "ok")
+        return _text(f"state-ok: confirmed={json.dumps(ok)}")
+
+    def irr_multi_round(tool_call_id, params, on_update, ctx, signal):
+        name = answered(api.ui.elicit("Step 1: What is your name?", NAME_SCHEMA), "name")
+        color = answered(api.ui.elicit("Step 2: What is your favorite color?", COLOR_SCHEMA), "color")
+        return _text(f"Hello, {name}! Your favorite color is {color}.")
+
+    def irr_tampered_state(tool_call_id, params, on_update, ctx, signal):
+        # Rejecting a requestState the client altered is the server's check (it signs the state).
+        ok = answered(api.ui.elicit("Please confirm", CONFIRM_SCHEMA), "ok")
+        return _text(f"Confirmed: {json.dumps(ok)}")
+
+    def irr_capabilities(tool_call_id, params, on_update, ctx, signal):
+        # Asks only what the client can answer: `api.sample` is None for a client without
+        # sampling, and then the question goes to the user instead.
+        answer = api.sample("What is the capital of France?", max_tokens=50)
+        if answer is not None:
+            return _text(f"Sampled: {sampled_text(answer)}")
+        name = answered(api.ui.elicit("What is your name?", NAME_SCHEMA), "name")
+        return _text(f"Elicited: {name}")
+
+    def missing_capability(tool_call_id, params, on_update, ctx, signal):
+        # Needs sampling: a client that did not declare it must get -32021 from the server.
+        answer = api.sample("Say hello", max_tokens=20)
+        if answer is None:
+            return _text("Sampling not available: the client offers no sampling")
+        return _text(f"Sampled: {sampled_text(answer)}")
+
+    def streaming_elicitation(tool_call_id, params, on_update, ctx, signal):
+        # Its question must reach the client as an InputRequiredResult on the call's own stream,
+        # never as an independent elicitation/create request.
+        name = answered(api.ui.elicit("What is your name?", NAME_SCHEMA), "name")
+        return _text(f"Hello, {name}!" if name is not None else "No name given")
+
+    def logging_tool(tool_call_id, params, on_update, ctx, signal):
+        # Logs; a request without a log level in its _meta must get no notifications/message.
+        api.logger.info("test_logging_tool: started")
+        api.logger.info("test_logging_tool: done")
+        return _text("Logged two records")
+
+    # --- 2026-07-28: the tasks extension (tasks-*, SEP-2663) ---------------------------------------
+
+    def greet(tool_call_id, params, on_update, ctx, signal):
+        return _text(f"Hello, {params['name']}!")
+
+    def slow_compute(tool_call_id, params, on_update, ctx, signal):
+        # Works `seconds`, and stops as soon as the call is cancelled (a cancelled task).
+        seconds = float(params.get("seconds", 0))
+        if seconds > 0 and signal.wait(seconds):
+            signal.throw_if_aborted()
+        return _text(f"Computed {params.get('label', 'result')} in {seconds:g} s")
+
+    def failing_job(tool_call_id, params, on_update, ctx, signal):
+        # A tool execution error after about a second (a task `completed` with isError).
+        if signal.wait(1.0):
+            signal.throw_if_aborted()
+        raise RuntimeError("failing_job failed, as it always does")
+
+    def confirm_delete(tool_call_id, params, on_update, ctx, signal):
+        filename = params["filename"]
+        confirm = answered(api.ui.elicit(f"Delete {filename}?", DELETE_SCHEMA), "confirm")
+        return _text(f"Deleted {filename}" if confirm else f"Kept {filename}")
+
+    async def multi_input(tool_call_id, params, on_update, ctx, signal):
+        # Two questions at once, so that two input requests are pending together.
+        first, second = await asyncio.gather(
+            api.ui.elicit("First: what is your name?", NAME_SCHEMA),
+            api.ui.elicit("Second: what is your favorite color?", COLOR_SCHEMA),
+        )
+        return _text(f"name={answered(first, 'name')}, color={answered(second, 'color')}")
+
+    def tool_with_task(tool_call_id, params, on_update, ctx, signal):
+        # Asks for a name, then works long enough to be a task; the result carries the name.
+        name = answered(api.ui.elicit("What is your name?", NAME_SCHEMA), "name")
+        if signal.wait(0.5):
+            signal.throw_if_aborted()
+        return _text(f"Hello, {name}! (from a task)")
+
     def tool(name, description, execute, parameters=NO_ARGS):
         return api.pi.CustomTool(name=name, description=description, parameters=parameters, execute=execute)
 
@@ -285,5 +423,57 @@ def factory(api):
             "Tool with JSON Schema 2020-12 features for conformance testing (SEP-1613)",
             json_schema_2020_12,
             JSON_SCHEMA_2020_12,
+        ),
+        # 2026-07-28
+        tool(
+            "test_input_required_result_elicitation",
+            "Asks the user's name (an elicitation input request), then greets them (SEP-2322)",
+            irr_elicitation,
+        ),
+        tool(
+            "test_input_required_result_sampling",
+            "Asks the client's model for the capital of France (a sampling input request) (SEP-2322)",
+            irr_sampling,
+        ),
+        tool(
+            "test_input_required_result_request_state",
+            "Asks for a confirmation; the answer comes back with the server's requestState (SEP-2322)",
+            irr_request_state,
+        ),
+        tool(
+            "test_input_required_result_multi_round",
+            "Asks two questions one after the other: a name, then a favorite color (SEP-2322)",
+            irr_multi_round,
+        ),
+        tool(
+            "test_input_required_result_tampered_state",
+            "Asks for a confirmation; a tampered requestState must be refused (SEP-2322)",
+            irr_tampered_state,
+        ),
+        tool(
+            "test_input_required_result_capabilities",
+            "Asks by sampling when the client can sample, else by elicitation (SEP-2322)",
+            irr_capabilities,
+        ),
+        tool(
+            "test_missing_capability",
+            "Needs the client's sampling capability (SEP-2575)",
+            missing_capability,
+        ),
+        tool(
+            "test_streaming_elicitation",
+            "Asks the user's name during the call (SEP-2575)",
+            streaming_elicitation,
+        ),
+        tool("test_logging_tool", "Logs two records during the call (SEP-2575)", logging_tool),
+        tool("greet", "Returns Hello, {name}!", greet, GREET_PARAMS),
+        tool("slow_compute", "Works for `seconds` seconds, then returns a result", slow_compute, SLOW_COMPUTE_PARAMS),
+        tool("failing_job", "Fails with a tool error after about a second", failing_job),
+        tool("confirm_delete", "Asks for a confirmation, then deletes the file", confirm_delete, FILENAME_PARAMS),
+        tool("multi_input", "Asks two questions at once", multi_input),
+        tool(
+            "test_tool_with_task",
+            "Asks for a name, then works as a task; the result carries the name",
+            tool_with_task,
         ),
     ]
