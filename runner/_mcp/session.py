@@ -1,7 +1,11 @@
 """``xcsh-run serve``: every discovered tool behind the Model Context Protocol.
 
-A small MCP server written directly on trio (the official SDK's server is
-asyncio/anyio and pydantic based, and would drag both into the host). One
+The handshake revisions (2025-11-25 and older), written directly on trio:
+the SDK's own transports read a whole line into memory however long it is,
+answer undecodable input with nothing a client can match, serve no batches
+and share one event store across sessions, so this server keeps its bounded
+books for these revisions, and the stateless era, whose protocol moves,
+is the SDK's (``stateless``). One
 :class:`~xcsh_run._mcp.server.ToolServer` (the runners, their reloads, the
 calls' settings) serves any number of :class:`McpSession` s, each with its own
 ``Connection``, negotiated revision, requests in flight and outboxes. The stdio
@@ -14,8 +18,9 @@ What is mapped how:
 - ``initialize`` negotiates the newest handshake-era revision
   (:data:`LATEST_PROTOCOL_VERSION`), or echoes an older one the client asks
   for; capabilities are ``tools.listChanged`` and ``logging``. ``server/discover``
-  (the stateless 2026-07-28 era) is answered "method not found", which is what
-  makes the SDK's ``mode="auto"`` clients fall back to ``initialize``.
+  (the stateless 2026-07-28 era, which ``stateless`` serves over HTTP) is
+  answered "method not found" here, which is what makes the SDK's
+  ``mode="auto"`` clients fall back to ``initialize`` over stdio.
 - ``tools/list``: every tool that is not ``hidden`` (and ``resolve`` while
   pending actions wait for it: ``server`` rule 5): ``name``, ``title``
   (the label), ``description``, ``inputSchema``, and its declarations (``render``).
@@ -57,8 +62,9 @@ method table of the shared sans-io ``Connection``, which keeps the JSON-RPC
 books: ids in flight, duplicates, one answer per request, unknown methods,
 params that are not an object, the lifecycle; batches), ``render``
 (tools, results and progress on the wire), ``names`` (tool names),
-``reload`` (runners and their generations); this module is the MCP
-application.
+``reload`` (runners and their generations), ``stateless`` (2026-07-28
+over HTTP, on the official SDK); this module is the MCP application of the
+handshake revisions.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``xcsh-run serve --http``: the MCP Streamable HTTP transport (revision 2025-11-25), on trio and h11.
+"""``xcsh-run serve --http``: the MCP Streamable HTTP transport (2025-11-25 and older, and 2026-07-28), on trio and h11.
 
 One endpoint, ``/mcp``: ``POST`` carries one client message (or, under
 2025-03-26, a batch), read by ``wire.classify`` as a stdio line is;
@@ -17,7 +17,7 @@ Rules:
 2. ``initialize`` without ``Mcp-Session-Id`` opens a session and names it in
    the response header; every other message needs the header (400 without
    it, 404 for a session that is unknown or ended). An ``MCP-Protocol-Version``
-   header, when sent, must name a supported revision (400).
+   header that names no handshake revision is rule 9's.
 3. A request is answered on its own ``POST``: an SSE stream (a priming event
    with an id, progress, then the response, then the stream ends) or, for a
    client that accepts only ``application/json``, the response alone.
@@ -51,6 +51,12 @@ Rules:
    in flight, an SSE stream open) does it get 503. Every error answer (4xx,
    503) closes its connection. So connections that
    stall, lack the token, were refused or sit idle never lock a client out.
+9. A request whose ``MCP-Protocol-Version`` is not a handshake revision (the
+   stateless 2026-07-28, or one unknown here) passes rule 1 and its admission
+   as every other, then goes to the official SDK's handler for that era
+   (``stateless``, through ``asgi``): it checks the per-request envelope and
+   the headers, refuses an unknown revision naming those it serves, and
+   answers on the request's own POST. It opens no session.
 """
 
 from __future__ import annotations
