@@ -19,21 +19,44 @@ Rules:
    progress and its tool's log records ride the request's own response
    stream; records only when the request's ``_meta`` asked for a log level,
    and only from that level up (the revision's per-request opt-in).
-3. A request has no back-channel: a tool's ``api.ui`` prompts and
-   ``api.sample`` get their no-op answers at once (as for a 2025 client
-   that declared no elicitation), never a request the client cannot answer.
-4. Closing the response stream cancels the request: the SDK cancels its
-   handler, and the call goes through the runner's ladder.
-5. Each request is its own session for ``ctx.sessionManager`` (nothing is
+3. A request has no back-channel, so a tool's prompts end the round: a
+   prompt (``api.ui.*``) of a call whose request declared ``elicitation``,
+   or an ``api.sample`` of one that declared ``sampling``, is answered with an
+   ``input_required`` result naming it (``inputRequests``) and the call's
+   ``requestState``; the call waits, parked, in the server's request nursery.
+   The client's retry with that ``requestState`` and its ``inputResponses``
+   is the next round of the same call: the answers reach the waiting prompts
+   and the round waits for the next prompt or the result. The worker call is
+   never run again (tools have side effects).
+4. The SDK seals ``requestState`` (AES-GCM, keys of this process, bound to
+   the round) and refuses a tampered or expired one with ``-32602`` before
+   any handler runs; a sealed state naming a call that is over is refused
+   the same way here. A retry that leaves a question unanswered (a missing or
+   malformed response) is asked it again, never an error.
+5. A prompt the request cannot answer: ``api.ui.*`` without ``elicitation``
+   gets its no-op answer at once (as for a 2025 client that declared none);
+   ``api.sample`` without ``sampling`` ends the request with ``-32021``
+   (``MissingRequiredClientCapability``, naming ``sampling``) and stops the
+   call through the ladder: the revision forbids asking for a capability the
+   client did not declare.
+6. Closing a round's response stream cancels the call (the revision's cancel):
+   the call stops through the ladder. A parked call whose prompt is not
+   answered within ``ELICIT_TIMEOUT`` is stopped too: nobody is coming back.
+   At most :data:`MAX_PARKED` calls wait for answers, and a parked call holds
+   a worker: a new call, when that many wait or when every worker is busy,
+   stops the one parked longest (its client's retry then gets ``-32602``).
+7. Each call is its own session for ``ctx.sessionManager`` (nothing is
    shared between stateless requests, not even of one client).
-6. When the server winds down, calls in flight are cancelled through the
+8. When the server winds down, calls in flight are cancelled through the
    ladder with the reason; the runner's records of them say why.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import uuid
+from collections import OrderedDict
 from typing import Any, Final
 
 import mcp_types as types
@@ -41,21 +64,25 @@ import trio
 from mcp.server.caching import CacheHint
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
+from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.shared.exceptions import MCPError
 
 from xcsh_run._discovery import ToolInfo
 from xcsh_run._host import Runner
-from xcsh_run._mcp.elicit import Answer
+from xcsh_run._mcp.elicit import ELICIT_TIMEOUT, Answer, can_elicit
 from xcsh_run._mcp.log_records import LEVELS
+from xcsh_run._mcp.methods import ELICIT, SAMPLE
 from xcsh_run._mcp.names import rename_listed
 from xcsh_run._mcp.render import INSTRUCTIONS, render_tools
 from xcsh_run._mcp.server import CallHistory, ToolServer
 from xcsh_run._version import __version__
-from xcsh_run.worker.protocol import Notice
+from xcsh_run.worker.protocol import Notice, ResultReceived
 
 logger = logging.getLogger("xcsh_run.mcp")
 
 STATELESS_VERSION: Final = "2026-07-28"
+MAX_PARKED: Final = 64
+INPUT_REQUIRED: Final = "input_required"
 # A dict result names its own type: the SDK fills it only into the models it builds.
 COMPLETE: Final = "complete"
 # Above every level: a request that asked for no log level is sent no records (rule 2).
@@ -63,11 +90,12 @@ _NO_RECORDS: Final = len(LEVELS)
 
 
 class StatelessServer:
-    """The SDK's ``Server`` for 2026-07-28 requests, over one :class:`ToolServer`; a ``Session`` of it (rule 6)."""
+    """The SDK's ``Server`` for 2026-07-28 requests, over one :class:`ToolServer`; a ``Session`` of it (rule 8)."""
 
     def __init__(self, tools: ToolServer, poll_interval: float) -> None:
         self._tools = tools
-        self._calls: dict[str, Runner] = {}  # the calls in flight, by call id, for the wind-down
+        self._calls: dict[str, _Call] = {}  # the calls in flight, by call id, for the wind-down
+        self._parked: OrderedDict[str, _Call] = OrderedDict()  # by requestState, oldest first (rule 6)
         self.sdk: Server[Any] = Server(
             "xcsh-run",
             version=__version__,
@@ -75,24 +103,30 @@ class StatelessServer:
             cache_hints={"tools/list": CacheHint(ttl_ms=int(poll_interval * 1000), scope="public")},
             get_tool_input_schema=self._input_schema,
         )
+        # Rule 4: the SDK seals every outgoing requestState and verifies every one that comes back.
+        security = RequestStateSecurity.ephemeral(ttl=ELICIT_TIMEOUT)
+        self.sdk.middleware.append(RequestStateBoundary(security, default_audience="xcsh-run"))
         # Registered by method, not as on_list_tools/on_call_tool: those are typed to return the SDK's
         # models, and the results here are the dicts `render` builds for every revision.
         self.sdk.add_request_handler("tools/list", types.PaginatedRequestParams, self._list_tools)
         self.sdk.add_request_handler("tools/call", types.CallToolRequestParams, self._call_tool)
         tools.sessions.add(self)
+        tools.sync_ui()
 
     # --- what the server asks of a session ----------------------------------------------
 
     @property
     def can_elicit(self) -> bool | None:
-        return None  # never a reason to turn prompts on or off for the handshake sessions (rule 3)
+        # Tools may prompt (api.has_ui) as far as stateless clients go: each request says for itself
+        # whether it takes prompts (rules 3 and 5), and the worker must send them to be asked.
+        return True
 
     async def tools_changed(self, before: list[ToolInfo], after: list[ToolInfo]) -> None:
         """Nothing to send: a stateless client re-lists when its cache hint runs out."""
 
     def wind_down(self, why: str, deadline: float) -> None:
-        for call_id, runner in list(self._calls.items()):
-            runner.cancel(call_id, why)
+        for call in list(self._calls.values()):
+            call.stop(why)
 
     # --- the methods ---------------------------------------------------------------
 
@@ -122,55 +156,223 @@ class StatelessServer:
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> dict[str, Any]:
         raw = dict(ctx.params or {})
-        owner = _RequestOwner(ctx)
+        state = raw.get("requestState")
+        if isinstance(state, str):
+            call = self._parked.get(state)
+            if call is None or call.name != params.name:
+                raise MCPError(
+                    code=types.INVALID_PARAMS,
+                    message=f"invalid params: the call this requestState continues is over ({params.name!r}); "
+                    "call the tool again without requestState",
+                )
+        else:
+            call = self._start(params.name, raw)
+        return await call.serve_round(ctx, raw.get("inputResponses"))
 
-        def started(runner: Runner, call_id: str) -> None:
-            self._calls[call_id] = runner
-            owner.call_id = call_id
+    def _start(self, name: str, raw: dict[str, Any]) -> _Call:
+        """A new call, run in the server's request nursery so that it outlives its first round (rule 3)."""
+        self._make_room()
+        call = _Call(self, name)
 
-        try:
-            result = await self._tools.call_tool(
-                owner,
-                None,
-                name=params.name,
-                arguments=raw.get("arguments"),
-                meta=raw.get("_meta"),
-                version=STATELESS_VERSION,
-                history=CallHistory(f"mcp-{uuid.uuid4().hex[:12]}"),
-                closing=lambda: self._tools.closing,
-                send_progress=owner.progress,
-                label=f"request {ctx.request_id!r}",
-                started=started,
+        async def run() -> None:
+            try:
+                result = await self._tools.call_tool(
+                    call,
+                    None,
+                    name=name,
+                    arguments=raw.get("arguments"),
+                    meta=raw.get("_meta"),
+                    version=STATELESS_VERSION,
+                    history=CallHistory(f"mcp-{uuid.uuid4().hex[:12]}"),
+                    closing=lambda: self._tools.closing,
+                    send_progress=call.progress,
+                    label=f"stateless call {call.token[:8]}",
+                    started=call.started,
+                )
+                call.finish({**result, "resultType": COMPLETE})
+            except Exception:
+                # One call's failure must not take the server (and every other call) down.
+                logger.exception("stateless call of %r failed", name)
+            finally:
+                call.finish(None)
+                self._parked.pop(call.token, None)
+                if call.call_id is not None:
+                    self._calls.pop(call.call_id, None)
+
+        self._parked[call.token] = call
+        self._tools.start_request(run)
+        return call
+
+    def _make_room(self) -> None:
+        """Rule 6: a parked call gives way to a new one when too many wait, or when every worker is busy."""
+        waiting = [c for c in self._parked.values() if c.waiting]
+        if not waiting:
+            return
+        runner = self._tools.runners.serving
+        if len(waiting) >= MAX_PARKED:
+            waiting[0].stop(f"more than {MAX_PARKED} calls waited for their input requests; this one waited longest")
+        elif runner is not None and runner.statistics().running_calls >= runner.config.worker_limit:
+            # A parked call holds a worker while its client may never come back; a new call is here now.
+            waiting[0].stop(
+                "every worker was busy and a new call came; of the calls waiting for input, it waited longest"
             )
-            return {**result, "resultType": COMPLETE}
-        finally:
-            if owner.call_id is not None:
-                self._calls.pop(owner.call_id, None)
+
+    def _register(self, call: _Call) -> None:
+        assert call.call_id is not None
+        self._calls[call.call_id] = call
 
 
-class _RequestOwner:
-    """One stateless ``tools/call`` as the owner of its call (``call_link.CallOwner``): rules 2 and 3."""
+class _Question:
+    """One prompt of a call, waiting for the client's answer in a later round."""
 
-    __slots__ = ("_ctx", "log_level", "call_id")
+    __slots__ = ("key", "request", "sample", "answer", "answered")
 
-    can_elicit: Final = False
-    can_sample: Final = False
+    def __init__(self, key: str, request: dict[str, Any], sample: bool) -> None:
+        self.key = key
+        self.request = request
+        self.sample = sample
+        self.answer: Answer | None = None
+        self.answered = trio.Event()
 
-    def __init__(self, ctx: ServerRequestContext[Any, Any]) -> None:
-        self._ctx = ctx
+
+class _Call:
+    """One stateless ``tools/call`` over all its rounds, and the owner of its call (``call_link.CallOwner``)."""
+
+    def __init__(self, server: StatelessServer, name: str) -> None:
+        self._server = server
+        self.name = name
+        self.token = uuid.uuid4().hex  # the plaintext of its requestState (the SDK seals it, rule 4)
         self.call_id: str | None = None
-        meta = (ctx.params or {}).get("_meta")
-        asked = meta.get(types.LOG_LEVEL_META_KEY) if isinstance(meta, dict) else None
-        self.log_level = LEVELS.index(asked) if isinstance(asked, str) and asked in LEVELS else _NO_RECORDS
+        self._runner: Runner | None = None
+        self._ctx: ServerRequestContext[Any, Any] | None = None  # the round being served, if any
+        self._questions: dict[str, _Question] = {}
+        self._keys = itertools.count(1)
+        self._result: dict[str, Any] | None = None
+        self._refusal: MCPError | None = None
+        self._over = False
+        self._changed = trio.Event()  # a question came, or the call is over: the round looks again
+        self._stop_reason: str | None = None
+
+    @property
+    def waiting(self) -> bool:
+        """Parked: no round is being served, and a prompt waits for its answer (rule 6)."""
+        return self._ctx is None and any(not q.answered.is_set() for q in self._questions.values())
+
+    # --- the call's side -----------------------------------------------------------
+
+    def started(self, runner: Runner, call_id: str) -> None:
+        self._runner, self.call_id = runner, call_id
+        self._server._register(self)
+        if self._stop_reason is not None:
+            runner.cancel(call_id, self._stop_reason)
+
+    def finish(self, result: dict[str, Any] | None) -> None:
+        if not self._over:
+            self._over = True
+            self._result = result
+            self._changed.set()
+
+    def stop(self, why: str) -> None:
+        """Stop the call through the ladder (or as soon as it starts)."""
+        self._stop_reason = self._stop_reason or why
+        if self._runner is not None and self.call_id is not None:
+            self._runner.cancel(self.call_id, why)
+
+    # --- the owner of its call (call_link.CallOwner) ----------------------------------
+
+    def _meta(self) -> dict[str, Any]:
+        meta = (self._ctx.params or {}).get("_meta") if self._ctx is not None else None
+        return meta if isinstance(meta, dict) else {}
+
+    def _capabilities(self) -> dict[str, Any]:
+        caps = self._meta().get(types.CLIENT_CAPABILITIES_META_KEY)
+        return caps if isinstance(caps, dict) else {}
+
+    @property
+    def log_level(self) -> int:
+        asked = self._meta().get(types.LOG_LEVEL_META_KEY)
+        return LEVELS.index(asked) if isinstance(asked, str) and asked in LEVELS else _NO_RECORDS
+
+    @property
+    def can_elicit(self) -> bool:
+        return can_elicit(self._capabilities())
+
+    # Always asked: a sample without the capability is the request's refusal (rule 5), not a quiet None.
+    can_sample: Final = True
 
     async def notify_for(self, request: Any, notice: Notice[Any], params: dict[str, Any]) -> None:
-        """A log record of the call, on the request's stream (the only kind a link sends itself)."""
-        message = types.LoggingMessageNotification(params=types.LoggingMessageNotificationParams.model_validate(params))
-        await self._ctx.session.send_notification(message, related_request_id=self._ctx.request_id)
+        """A log record of the call, on the stream of the round being served (none between rounds)."""
+        ctx = self._ctx
+        if ctx is not None:
+            record = types.LoggingMessageNotificationParams.model_validate(params)
+            message = types.LoggingMessageNotification(params=record)
+            await ctx.session.send_notification(message, related_request_id=ctx.request_id)
 
     async def progress(self, params: dict[str, Any]) -> None:
-        await self._ctx.session.report_progress(params["progress"], params.get("total"), params.get("message"))
+        ctx = self._ctx
+        if ctx is not None:
+            await ctx.session.report_progress(params["progress"], params.get("total"), params.get("message"))
 
     async def ask(self, request: Any, params: dict[str, Any], timeout: float, *, sample: bool = False) -> Answer | None:
-        await trio.lowlevel.checkpoint()
-        return None  # rule 3: no back-channel to ask on
+        """Put a prompt to the client as an input request of the next answer (rule 3); its answer, or None."""
+        if sample and not isinstance(self._capabilities().get("sampling"), dict):
+            # Rule 5: the tool needs what this client did not declare.
+            self._refusal = MCPError(
+                code=types.MISSING_REQUIRED_CLIENT_CAPABILITY,
+                message=f"{self.name!r} asks for sampling (api.sample), which this request's client did not "
+                "declare; declare the sampling capability in _meta to call it",
+                data={"requiredCapabilities": {"sampling": {}}},
+            )
+            self.stop("its client offers no sampling")
+            self._changed.set()
+            await trio.lowlevel.checkpoint()
+            return None
+        method = SAMPLE if sample else ELICIT
+        question = _Question(f"input-{next(self._keys)}", {"method": method.name, "params": params}, sample)
+        self._questions[question.key] = question
+        self._changed.set()
+        try:
+            with trio.move_on_after(timeout):
+                await question.answered.wait()
+        finally:
+            self._questions.pop(question.key, None)
+        if not question.answered.is_set():
+            self.stop(f"its input request was not answered within {timeout:g} s")
+        return question.answer
+
+    # --- a round (a request of the client's) ------------------------------------------
+
+    async def serve_round(self, ctx: ServerRequestContext[Any, Any], responses: Any) -> dict[str, Any]:
+        """Serve one round: hand over the answers, then wait for the result or the next questions."""
+        self._ctx = ctx
+        try:
+            if isinstance(responses, dict):
+                for key, value in responses.items():
+                    question = self._questions.get(key)
+                    # A malformed response leaves its question open: it is asked again (rule 4).
+                    if question is not None and isinstance(value, dict) and not question.answered.is_set():
+                        method = SAMPLE if question.sample else ELICIT
+                        question.answer = ResultReceived(id=0, method=method, result=value)
+                        question.answered.set()
+            while True:
+                if self._refusal is not None:
+                    raise self._refusal
+                if self._over:
+                    if self._result is None:
+                        raise MCPError(code=types.INTERNAL_ERROR, message=f"{self.name!r} ended without a result")
+                    return self._result
+                open_questions = {q.key: q.request for q in self._questions.values() if not q.answered.is_set()}
+                if open_questions:
+                    return {
+                        "resultType": INPUT_REQUIRED,
+                        "inputRequests": open_questions,
+                        "requestState": self.token,
+                    }
+                self._changed = trio.Event()
+                await self._changed.wait()
+        except trio.Cancelled:
+            # Rule 6: the client closed the round's stream.
+            self.stop("the MCP client closed the request's stream")
+            raise
+        finally:
+            self._ctx = None

@@ -42,11 +42,21 @@ def factory(api):
         return "chatted"
 
     def prompts(tcid, params, on_update, ctx, signal_):
-        return f"confirmed={api.ui.confirm('Proceed', 'Really?')!r} has_ui={api.has_ui}"
+        with open(params["counter"], "a") as f:  # how many times the tool ran: once, whatever the rounds
+            f.write("ran\\n")
+        first = api.ui.confirm("Proceed", "Really?")
+        colour = api.ui.select("Colour", ["red", "green"]) if first else None
+        return f"confirmed={first!r} colour={colour!r} has_ui={api.has_ui}"
 
+    def samples(tcid, params, on_update, ctx, signal_):
+        answer = api.sample("Say hello", max_tokens=20)
+        return "sampled: " + (answer["content"]["text"] if answer else "nothing")
+
+    obj = {"type": "object"}
     return [
-        CustomTool(name="chatty", description="Logs three records", parameters={"type": "object"}, execute=chatty),
-        CustomTool(name="prompts", description="Asks to confirm", parameters={"type": "object"}, execute=prompts),
+        CustomTool(name="chatty", description="Logs three records", parameters=obj, execute=chatty),
+        CustomTool(name="prompts", description="Asks to confirm, then to choose", parameters=obj, execute=prompts),
+        CustomTool(name="samples", description="Asks the client's model", parameters=obj, execute=samples),
     ]
 """
 
@@ -215,10 +225,81 @@ async def test_log_records_come_only_when_the_request_asks_and_only_from_its_lev
             assert {r.logger for r in records} == {"chatty"}
 
 
-async def test_a_prompt_gets_its_no_op_answer_at_once_there_being_no_back_channel(chatty: str) -> None:
+async def test_prompts_become_input_requests_answered_over_rounds_of_the_same_call(chatty: str, tmp_path: Path) -> None:
+    asked: list[str] = []
+
+    async def on_elicit(context: Any, params: mcp_types.ElicitRequestParams) -> mcp_types.ElicitResult:
+        asked.append(params.message)
+        assert isinstance(params, mcp_types.ElicitRequestFormParams)
+        (field,) = params.requested_schema["properties"]
+        value: str | bool = True if field == "confirm" else "green"
+        return mcp_types.ElicitResult(action="accept", content={field: value})
+
+    counter = tmp_path / "ran"
+    with trio.fail_after(DEADLINE):
+        async with (
+            http_server(chatty) as server,
+            Client(server.url, mode=REVISION, elicitation_callback=on_elicit) as c,
+        ):
+            result = await c.call_tool("prompts", {"counter": str(counter)})
+    assert text_of(result) == "confirmed=True colour='green' has_ui=True"
+    assert asked == ["Really?", "Colour"]  # two rounds of input requests, then the result
+    assert counter.read_text() == "ran\n"  # one call across three rounds: the tool never ran again
+
+
+async def test_a_prompt_of_a_request_without_elicitation_gets_its_no_op_answer_at_once(
+    chatty: str, tmp_path: Path
+) -> None:
     with trio.fail_after(DEADLINE):
         async with http_server(chatty) as server, Client(server.url, mode=REVISION) as client:
-            assert text_of(await client.call_tool("prompts", {})) == "confirmed=False has_ui=False"
+            result = await client.call_tool("prompts", {"counter": str(tmp_path / "ran")})
+    assert text_of(result) == "confirmed=False colour=None has_ui=True"
+
+
+async def test_a_sample_is_an_input_request_and_without_the_capability_the_request_is_refused(chatty: str) -> None:
+    async def on_sample(context: Any, params: mcp_types.CreateMessageRequestParams) -> mcp_types.CreateMessageResult:
+        return mcp_types.CreateMessageResult(
+            role="assistant", content=mcp_types.TextContent(type="text", text="hello"), model="m"
+        )
+
+    with trio.fail_after(DEADLINE):
+        async with http_server(chatty) as server:
+            async with Client(server.url, mode=REVISION, sampling_callback=on_sample) as client:
+                assert text_of(await client.call_tool("samples", {})) == "sampled: hello"
+            called = answer(
+                await post(server.url, "tools/call", {"name": "samples", "_meta": envelope()}, name="samples")
+            )
+            error = called["error"]
+            assert error["code"] == mcp_types.MISSING_REQUIRED_CLIENT_CAPABILITY
+            assert error["data"]["requiredCapabilities"] == {"sampling": {}}
+            assert "'samples' asks for sampling" in error["message"]
+
+
+async def test_a_tampered_or_unknown_request_state_is_refused_and_the_parked_call_is_kept(
+    chatty: str, tmp_path: Path
+) -> None:
+    meta = envelope()
+    meta["io.modelcontextprotocol/clientCapabilities"] = {"elicitation": {}}
+    params: dict[str, Any] = {"name": "prompts", "arguments": {"counter": str(tmp_path / "ran")}, "_meta": meta}
+    with trio.fail_after(DEADLINE):
+        async with http_server(chatty) as server:
+            first = answer(await post(server.url, "tools/call", params, name="prompts"))["result"]
+            assert first["resultType"] == "input_required"
+            (key,) = first["inputRequests"]
+            state = first["requestState"]
+            tampered = state[:-4] + ("AAAA" if not state.endswith("AAAA") else "BBBB")
+            for bad in (tampered, "not-a-state"):
+                refused = answer(await post(server.url, "tools/call", {**params, "requestState": bad}, name="prompts"))
+                assert refused["error"]["code"] == mcp_types.INVALID_PARAMS
+            # A retry that answers nothing is asked again, never an error (the call is still parked).
+            again = answer(await post(server.url, "tools/call", {**params, "requestState": state}, name="prompts"))
+            assert again["result"]["resultType"] == "input_required"
+            assert list(again["result"]["inputRequests"]) == [key]
+            declined = {key: {"action": "decline"}}
+            retry = {**params, "requestState": again["result"]["requestState"], "inputResponses": declined}
+            done = answer(await post(server.url, "tools/call", retry, name="prompts"))["result"]
+            assert done["resultType"] == "complete"
+            assert done["content"] == [{"type": "text", "text": "confirmed=False colour=None has_ui=True"}]
 
 
 async def test_closing_the_stream_cancels_the_call_through_the_ladder(extra: str) -> None:
