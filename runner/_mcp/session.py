@@ -18,9 +18,8 @@ What is mapped how:
 - ``initialize`` negotiates the newest handshake-era revision
   (:data:`LATEST_PROTOCOL_VERSION`), or echoes an older one the client asks
   for; capabilities are ``tools.listChanged`` and ``logging``. ``server/discover``
-  (the stateless 2026-07-28 era, which ``stateless`` serves over HTTP) is
-  answered "method not found" here, which is what makes the SDK's
-  ``mode="auto"`` clients fall back to ``initialize`` over stdio.
+  (the stateless 2026-07-28 era) is ``stateless``'s: a connection whose
+  first request carries that era's envelope never reaches a session.
 - ``tools/list``: every tool that is not ``hidden`` (and ``resolve`` while
   pending actions wait for it: ``server`` rule 5): ``name``, ``title``
   (the label), ``description``, ``inputSchema``, and its declarations (``render``).
@@ -62,9 +61,9 @@ method table of the shared sans-io ``Connection``, which keeps the JSON-RPC
 books: ids in flight, duplicates, one answer per request, unknown methods,
 params that are not an object, the lifecycle; batches), ``render``
 (tools, results and progress on the wire), ``names`` (tool names),
-``reload`` (runners and their generations), ``stateless`` (2026-07-28
-over HTTP, on the official SDK); this module is the MCP application of the
-handshake revisions.
+``reload`` (runners and their generations), ``stateless`` (2026-07-28,
+on the official SDK); this module is the MCP application of the handshake
+revisions.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""MCP 2026-07-28 (the stateless era) on the same endpoint as the handshake revisions, over Streamable HTTP.
+"""MCP 2026-07-28 (the stateless era) beside the handshake revisions, over Streamable HTTP and stdio.
 
 The client is the official SDK's ``Client`` pinned to 2026-07-28 (no
 ``initialize``; each request carries its revision and capabilities in
@@ -19,10 +19,11 @@ import httpx2
 import mcp_types
 import pytest
 import trio
+from mcp import StdioServerParameters
 from mcp.client import Client
 
-from tests._support.mcp_clients import BASIC, DEADLINE, http_server, sdk_session
-from tests.conftest import SDK_HTTP_LEFTOVERS
+from tests._support.mcp_clients import BASIC, DEADLINE, http_server, sdk_session, serve_args
+from tests.conftest import SDK_HTTP_LEFTOVERS, XCSH_RUN
 from tests.mcp import test_mcp
 from tests.mcp.test_mcp import error_of, text_of, wait_exited
 
@@ -340,3 +341,41 @@ async def test_a_traceparent_is_kept_with_the_call_and_a_malformed_one_is_ignore
     text = log.read_text()
     assert f"continues trace {good}" in text
     assert "not-a-trace" not in text
+
+
+# --- over stdio: the first request decides the connection's era ---------------------------
+
+
+def stdio_server(*tools: str) -> StdioServerParameters:
+    return StdioServerParameters(command=XCSH_RUN, args=serve_args(*tools), env=dict(os.environ), cwd=os.getcwd())
+
+
+async def test_over_stdio_a_2026_client_is_served_statelessly_prompts_included(chatty: str, tmp_path: Path) -> None:
+    async def on_elicit(context: Any, params: mcp_types.ElicitRequestParams) -> mcp_types.ElicitResult:
+        assert isinstance(params, mcp_types.ElicitRequestFormParams)
+        (field,) = params.requested_schema["properties"]
+        return mcp_types.ElicitResult(action="accept", content={field: True if field == "confirm" else "red"})
+
+    seen: list[float] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append(progress)
+
+    with trio.fail_after(DEADLINE):
+        async with Client(stdio_server(BASIC, chatty), mode=REVISION, elicitation_callback=on_elicit) as client:
+            assert {"echo", "prompts"} <= {t.name for t in (await client.list_tools()).tools}
+            assert text_of(await client.call_tool("echo", {"text": "over stdio"})) == "over stdio"
+            assert not (await client.call_tool("progress", {"count": 2}, progress_callback=on_progress)).is_error
+            prompted = await client.call_tool("prompts", {"counter": str(tmp_path / "ran")})
+            assert text_of(prompted) == "confirmed=True colour='red' has_ui=True"
+    assert len(seen) >= 1
+
+
+async def test_over_stdio_an_auto_client_gets_2026_and_a_handshake_client_still_gets_its_session() -> None:
+    with trio.fail_after(DEADLINE):
+        async with Client(stdio_server(BASIC)) as auto:  # probes server/discover first
+            assert text_of(await auto.call_tool("echo", {"text": "auto"})) == "auto"
+            assert auto.session.protocol_version == REVISION
+        async with Client(stdio_server(BASIC), mode="legacy") as legacy:
+            assert text_of(await legacy.call_tool("echo", {"text": "legacy"})) == "legacy"
+            assert legacy.session.protocol_version == "2025-11-25"
