@@ -94,7 +94,7 @@ def serve_command(
     if http is None and (port_file or allow_origin):
         fail("--port-file and --allow-origin need --http")
     if http is not None:
-        # Only --http imports the HTTP transport, and with it the SDK's stateless-era server.
+        # Only --http imports the HTTP transport.
         from xcsh_run._mcp.http import parse_address
 
         try:

@@ -165,6 +165,12 @@ class StatelessServer:
                     message=f"invalid params: the call this requestState continues is over ({params.name!r}); "
                     "call the tool again without requestState",
                 )
+            if call.serving:
+                raise MCPError(
+                    code=types.INVALID_REQUEST,
+                    message=f"invalid request: a round of this {params.name!r} call is still being answered; "
+                    "send the next round once that one is answered",
+                )
         else:
             call = self._start(params.name, raw)
         return await call.serve_round(ctx, raw.get("inputResponses"))
@@ -252,6 +258,11 @@ class _Call:
         self._over = False
         self._changed = trio.Event()  # a question came, or the call is over: the round looks again
         self._stop_reason: str | None = None
+
+    @property
+    def serving(self) -> bool:
+        """A round of the call is being served (one at a time)."""
+        return self._ctx is not None
 
     @property
     def waiting(self) -> bool:

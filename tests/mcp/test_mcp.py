@@ -161,14 +161,14 @@ async def test_initialize_negotiates_the_sdks_latest_handshake_version() -> None
             assert await s.send_ping() is not None
 
 
-async def test_high_level_client_probes_discover_then_falls_back_to_initialize() -> None:
-    """Stdio: the high-level client's probe is the same on either transport."""
-    # Client(mode="auto") first sends server/discover (2026-07-28); "method not
-    # found" must make it fall back to the initialize handshake.
+async def test_high_level_client_probes_discover_and_speaks_2026_07_28() -> None:
+    """Stdio: the high-level client's probe decides the connection's era (tests/mcp/test_mcp_stateless.py)."""
+    # Client(mode="auto") first sends server/discover, which carries the
+    # 2026-07-28 envelope: the connection is then a stateless one.
     with trio.fail_after(DEADLINE):
         params = StdioServerParameters(command=XCSH_RUN, args=serve_args(BASIC), env=dict(os.environ))
         async with Client(params, read_timeout_seconds=DEADLINE) as client:
-            assert client.protocol_version == "2025-11-25"
+            assert client.protocol_version == "2026-07-28"
             result = await client.call_tool("add", {"a": 40, "b": 2})
             assert text_of(result) == "42"
 
@@ -871,7 +871,11 @@ def test_fastmcp_client_lists_calls_streams_and_sees_errors(extra: str) -> None:
             assert tools["add"].title == "Add"
             result = await client.call_tool("add", {"a": 20, "b": 22})
             assert result.content[0].text == "42"  # type: ignore[union-attr]
-            assert result.meta == {"xcsh-run/details": {"sum": 42}}
+            # FastMCP speaks 2026-07-28 (it probes server/discover): the SDK stamps its results with the
+            # server's name (a SHOULD of that revision), beside this server's own details.
+            assert result.meta is not None
+            assert result.meta["xcsh-run/details"] == {"sum": 42}
+            assert result.meta.get("io.modelcontextprotocol/serverInfo", {"name": "xcsh-run"})["name"] == "xcsh-run"
             seen: list[float] = []
             done = asyncio.Event()
 

@@ -74,11 +74,9 @@ from typing import Any, Final
 
 import msgspec
 import trio
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecuritySettings
 
 from xcsh_run._mcp.http.admission import HEAD_TIMEOUT, MAX_PENDING, Admission, Ticket
-from xcsh_run._mcp.http.asgi import serve_asgi
+from xcsh_run._mcp.http.asgi import AsgiApp, serve_asgi
 from xcsh_run._mcp.http.h11_io import (
     LOOPBACK,
     ConnectionGone,
@@ -92,7 +90,6 @@ from xcsh_run._mcp.http.h11_io import (
 from xcsh_run._mcp.http.streams import EventStream, JsonReply, StreamBusy
 from xcsh_run._mcp.server import ToolServer
 from xcsh_run._mcp.session import SUPPORTED_PROTOCOL_VERSIONS, McpSession
-from xcsh_run._mcp.stateless import StatelessServer
 from xcsh_run._mcp.wire import Batch, Malformed, RequestId, classify, error_line, recover_id
 from xcsh_run.worker.protocol import ErrorCode, Request
 
@@ -166,21 +163,17 @@ class HttpServer:
         self._sessions: collections.OrderedDict[str, _HttpSession] = collections.OrderedDict()
         self._numbers = itertools.count(1)
         self._nursery: trio.Nursery | None = None
-        # Requests of the stateless era go to the SDK's handler for them, behind the same admission (rule 9).
-        self._stateless = StatelessServer(tools, tools.runners.poll_interval)
-        self._sdk = StreamableHTTPSessionManager(
-            self._stateless.sdk,
-            stateless=True,
-            max_request_body_size=max_body,
-            # Origin and token were checked here first (rule 1); the SDK's own Host/Origin lists are not wanted.
-            security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
-        )
+        # Requests of the stateless era go to the SDK's handler for them, behind the same admission
+        # (rule 9); it is started on the first such request, so a server whose clients all speak a
+        # handshake revision never imports the SDK (about a second of start-up).
+        self._sdk_app: AsgiApp | None = None
+        self._sdk_lock = trio.Lock()
 
     async def serve(self, listeners: list[trio.SocketListener], *, handle_signals: bool = False) -> None:
         """Serve until a signal (or cancellation); returns once every worker is gone (rule 6)."""
 
         async def main(_: trio.Nursery) -> None:
-            async with self._sdk.run(), trio.open_nursery() as nursery:
+            async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 await self.admission.serve(listeners, self._connection, nursery)
 
@@ -265,7 +258,7 @@ class HttpServer:
         version = headers.get("mcp-protocol-version")
         if version is not None and version not in SUPPORTED_PROTOCOL_VERSIONS:
             # Rule 9: the stateless era, or a revision unknown here, which the SDK refuses naming those it serves.
-            await serve_asgi(self._sdk.handle_request, conn, request)
+            await serve_asgi(await self._stateless_app(), conn, request)
             return
         if request.method == "POST":
             await self._post(conn, request)
@@ -277,6 +270,32 @@ class HttpServer:
             await conn.respond(200, [("mcp-session-id", session.id)])
         else:
             raise _Refused(405, f"method not allowed: {request.method}", allow="GET, POST, DELETE")
+
+    async def _stateless_app(self) -> AsgiApp:
+        """The SDK's stateless-era handler, started in the connections' nursery on first use (rule 9)."""
+        async with self._sdk_lock:
+            if self._sdk_app is None:
+                assert self._nursery is not None
+                self._sdk_app = await self._nursery.start(self._run_stateless)
+        return self._sdk_app
+
+    async def _run_stateless(self, task_status: trio.TaskStatus[AsgiApp] = trio.TASK_STATUS_IGNORED) -> None:
+        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+        from mcp.server.transport_security import TransportSecuritySettings
+
+        from xcsh_run._mcp.stateless import StatelessServer
+
+        stateless = StatelessServer(self._tools, self._tools.runners.poll_interval)
+        manager = StreamableHTTPSessionManager(
+            stateless.sdk,
+            stateless=True,
+            max_request_body_size=self._max_body,
+            # Origin and token were checked here first (rule 1); the SDK's own Host/Origin lists are not wanted.
+            security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        )
+        async with manager.run():
+            task_status.started(manager.handle_request)
+            await trio.sleep_forever()  # until the server stops: the nursery is cancelled
 
     def _authorize(self, header: str | None) -> None:
         scheme, _, given = (header or "").partition(" ")
