@@ -379,3 +379,20 @@ async def test_over_stdio_an_auto_client_gets_2026_and_a_handshake_client_still_
         async with Client(stdio_server(BASIC), mode="legacy") as legacy:
             assert text_of(await legacy.call_tool("echo", {"text": "legacy"})) == "legacy"
             assert legacy.session.protocol_version == "2025-11-25"
+
+
+async def test_a_parked_call_gives_way_to_a_new_call_when_every_worker_is_busy(chatty: str, tmp_path: Path) -> None:
+    meta = envelope()
+    meta["io.modelcontextprotocol/clientCapabilities"] = {"elicitation": {}}
+    params: dict[str, Any] = {"name": "prompts", "arguments": {"counter": str(tmp_path / "ran")}, "_meta": meta}
+    with trio.fail_after(DEADLINE):
+        async with http_server(chatty, options=("--max-workers", "1")) as server:
+            parked = answer(await post(server.url, "tools/call", params, name="prompts"))["result"]
+            assert parked["resultType"] == "input_required"  # it holds the one worker, waiting for its client
+            # A new call finds every worker busy: the parked call stops through the ladder, and this one runs.
+            called = answer(await post(server.url, "tools/call", {**params, "name": "chatty"}, name="chatty"))
+            assert called["result"]["content"] == [{"type": "text", "text": "chatted"}]
+            retry = {**params, "requestState": parked["requestState"]}
+            late = answer(await post(server.url, "tools/call", retry, name="prompts"))
+            assert late["error"]["code"] == mcp_types.INVALID_PARAMS
+            assert "is over" in late["error"]["message"]
