@@ -62,6 +62,8 @@ async def test_every_tool_the_suite_calls_loads_with_its_schema() -> None:
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert schema["$defs"]["address"]["properties"] == {"street": {"type": "string"}, "city": {"type": "string"}}
     assert schema["additionalProperties"] is False
+    assert schema["$defs"]["address"]["$anchor"] == "addressDef"
+    assert {"allOf", "if", "then", "else"} <= set(schema)
     assert tools["test_sampling"].parameters["required"] == ["prompt"]
     assert tools["test_elicitation"].parameters["required"] == ["message"]
     assert tools["greet"].parameters["required"] == ["name"]
@@ -79,8 +81,14 @@ async def test_the_tools_answer_as_the_suite_checks() -> None:
             progress = await runner.call_tool("test_tool_with_progress", {}, on_update=updates.append)
             logged = await runner.call_tool("test_tool_with_logging", {})
             elicit = await runner.call_tool("test_elicitation", {"message": "Please provide your information"})
-            schema = await runner.call_tool("json_schema_2020_12_tool", {"name": "n", "address": {"city": "c"}})
-            extra = await runner.call_tool("json_schema_2020_12_tool", {"zip": 1})
+            schema = await runner.call_tool(
+                "json_schema_2020_12_tool", {"name": "n", "address": {"city": "c"}, "email": "n@example.com"}
+            )
+            extra = await runner.call_tool("json_schema_2020_12_tool", {"zip": 1, "email": "n@example.com"})
+            # if/then/else: contactMethod "phone" needs the phone.
+            no_phone = await runner.call_tool(
+                "json_schema_2020_12_tool", {"contactMethod": "phone", "email": "n@example.com"}
+            )
 
     assert text.content == [{"type": "text", "text": "This is a simple text response for testing."}]
     [block] = image.content
@@ -93,8 +101,10 @@ async def test_the_tools_answer_as_the_suite_checks() -> None:
     assert logged.text == "Tool with logging executed successfully"
     # No UI attached: api.ui.elicit answers cancel.
     assert elicit.text == "User response: action=cancel, content={}"
-    assert schema.text == 'JSON Schema 2020-12 tool called with: {"name": "n", "address": {"city": "c"}}'
+    expected = '{"name": "n", "address": {"city": "c"}, "email": "n@example.com"}'
+    assert schema.text == f"JSON Schema 2020-12 tool called with: {expected}"
     assert extra.kind == "invalid_arguments"
+    assert no_phone.kind == "invalid_arguments"
 
 
 async def test_the_2026_tools_answer_without_a_client() -> None:
