@@ -76,7 +76,7 @@ from xcsh_run._mcp.names import rename_listed
 from xcsh_run._mcp.render import INSTRUCTIONS, render_tools
 from xcsh_run._mcp.server import CallHistory, ToolServer
 from xcsh_run._version import __version__
-from xcsh_run.worker.protocol import Notice, ResultReceived
+from xcsh_run.worker.protocol import Method, Notice, ResultReceived
 
 logger = logging.getLogger("xcsh_run.mcp")
 
@@ -94,8 +94,8 @@ class StatelessServer:
 
     def __init__(self, tools: ToolServer, poll_interval: float) -> None:
         self._tools = tools
-        self._calls: dict[str, _Call] = {}  # the calls in flight, by call id, for the wind-down
-        self._parked: OrderedDict[str, _Call] = OrderedDict()  # by requestState, oldest first (rule 6)
+        # The calls in flight, by their requestState's plaintext, oldest first (rules 6 and 8).
+        self._calls: OrderedDict[str, _Call] = OrderedDict()
         self.sdk: Server[Any] = Server(
             "xcsh-run",
             version=__version__,
@@ -158,7 +158,7 @@ class StatelessServer:
         raw = dict(ctx.params or {})
         state = raw.get("requestState")
         if isinstance(state, str):
-            call = self._parked.get(state)
+            call = self._calls.get(state)
             if call is None or call.name != params.name:
                 raise MCPError(
                     code=types.INVALID_PARAMS,
@@ -178,7 +178,7 @@ class StatelessServer:
     def _start(self, name: str, raw: dict[str, Any]) -> _Call:
         """A new call, run in the server's request nursery so that it outlives its first round (rule 3)."""
         self._make_room()
-        call = _Call(self, name)
+        call = _Call(name)
 
         async def run() -> None:
             try:
@@ -201,17 +201,15 @@ class StatelessServer:
                 logger.exception("stateless call of %r failed", name)
             finally:
                 call.finish(None)
-                self._parked.pop(call.token, None)
-                if call.call_id is not None:
-                    self._calls.pop(call.call_id, None)
+                self._calls.pop(call.token, None)
 
-        self._parked[call.token] = call
+        self._calls[call.token] = call
         self._tools.start_request(run)
         return call
 
     def _make_room(self) -> None:
         """Rule 6: a parked call gives way to a new one when too many wait, or when every worker is busy."""
-        waiting = [c for c in self._parked.values() if c.waiting]
+        waiting = [c for c in self._calls.values() if c.waiting]
         if not waiting:
             return
         runner = self._tools.runners.serving
@@ -223,20 +221,16 @@ class StatelessServer:
                 "every worker was busy and a new call came; of the calls waiting for input, it waited longest"
             )
 
-    def _register(self, call: _Call) -> None:
-        assert call.call_id is not None
-        self._calls[call.call_id] = call
-
 
 class _Question:
     """One prompt of a call, waiting for the client's answer in a later round."""
 
-    __slots__ = ("key", "request", "sample", "answer", "answered")
+    __slots__ = ("key", "method", "request", "answer", "answered")
 
-    def __init__(self, key: str, request: dict[str, Any], sample: bool) -> None:
+    def __init__(self, key: str, method: Method[Any, Any], params: dict[str, Any]) -> None:
         self.key = key
-        self.request = request
-        self.sample = sample
+        self.method = method
+        self.request = {"method": method.name, "params": params}
         self.answer: Answer | None = None
         self.answered = trio.Event()
 
@@ -244,8 +238,7 @@ class _Question:
 class _Call:
     """One stateless ``tools/call`` over all its rounds, and the owner of its call (``call_link.CallOwner``)."""
 
-    def __init__(self, server: StatelessServer, name: str) -> None:
-        self._server = server
+    def __init__(self, name: str) -> None:
         self.name = name
         self.token = uuid.uuid4().hex  # the plaintext of its requestState (the SDK seals it, rule 4)
         self.call_id: str | None = None
@@ -273,7 +266,6 @@ class _Call:
 
     def started(self, runner: Runner, call_id: str) -> None:
         self._runner, self.call_id = runner, call_id
-        self._server._register(self)
         if self._stop_reason is not None:
             runner.cancel(call_id, self._stop_reason)
 
@@ -338,8 +330,7 @@ class _Call:
             self._changed.set()
             await trio.lowlevel.checkpoint()
             return None
-        method = SAMPLE if sample else ELICIT
-        question = _Question(f"input-{next(self._keys)}", {"method": method.name, "params": params}, sample)
+        question = _Question(f"input-{next(self._keys)}", SAMPLE if sample else ELICIT, params)
         self._questions[question.key] = question
         self._changed.set()
         try:
@@ -362,8 +353,7 @@ class _Call:
                     question = self._questions.get(key)
                     # A malformed response leaves its question open: it is asked again (rule 4).
                     if question is not None and isinstance(value, dict) and not question.answered.is_set():
-                        method = SAMPLE if question.sample else ELICIT
-                        question.answer = ResultReceived(id=0, method=method, result=value)
+                        question.answer = ResultReceived(id=0, method=question.method, result=value)
                         question.answered.set()
             while True:
                 if self._refusal is not None:
