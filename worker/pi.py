@@ -76,6 +76,7 @@ if not TYPE_CHECKING:
 
 
 Concurrency: TypeAlias = Literal["shared", "exclusive"]
+TaskSupport: TypeAlias = Literal["forbidden", "optional", "required"]
 
 
 class ToolError(Exception):
@@ -321,6 +322,17 @@ class CustomTool:
             a watcher) lives on after the call until the session or the runner
             ends, inside the worker's kill boundary; each result lists it.
             Without it, a call's leftovers are killed at its end, with a warning.
+        task_support: whether an MCP client may run a call as a task (the
+            ``io.modelcontextprotocol/tasks`` extension of MCP 2026-07-28: the
+            call runs on, the client polls for its result): ``"forbidden"``
+            (the default: always answered in its request), ``"optional"`` (a
+            task when the client declared the extension) or ``"required"``
+            (refused, as MCP says, to a client that did not).
+        task_after_input: a task-supporting tool that asks first and works
+            long after: its calls put their first prompts to the client in the
+            request (input requests) and become a task once those are
+            answered. Without it, a task-supporting call is a task from the
+            start, and its prompts are the task's input requests.
     """
 
     __slots__ = (
@@ -342,6 +354,8 @@ class CustomTool:
         "requires",
         "expected_errors",
         "keeps_processes",
+        "task_support",
+        "task_after_input",
         "approval",
         "format_approval_details",
     )
@@ -367,6 +381,8 @@ class CustomTool:
         requires: Requires | Mapping[str, Any] | None = None,
         expected_errors: type[BaseException] | tuple[type[BaseException], ...] = (),
         keeps_processes: bool = False,
+        task_support: TaskSupport = "forbidden",
+        task_after_input: bool = False,
         approval: str | Callable[..., Any] | None = None,
         format_approval_details: Callable[..., Any] | None = None,
     ) -> None:
@@ -388,6 +404,8 @@ class CustomTool:
         self.requires = requires
         self.expected_errors = _exception_classes(expected_errors, name)
         self.keeps_processes = keeps_processes
+        self.task_support = task_support
+        self.task_after_input = task_after_input
         self.approval = approval
         self.format_approval_details = format_approval_details
 

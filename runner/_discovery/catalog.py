@@ -79,6 +79,10 @@ class ToolInfo(msgspec.Struct, frozen=True):
     """What it declares it needs under ``strict`` (programs, paths, network); granted only by the user."""
     keeps_processes: bool = False
     """What its calls leave running lives until the session (the runner) ends, listed in each result."""
+    task_support: str = "forbidden"
+    """``forbidden``/``optional``/``required``: whether an MCP client may run a call as a task."""
+    task_after_input: bool = False
+    """Its calls ask their first prompts in the request, and become a task once those are answered."""
     approval: str | None = None
     """``read``/``write``/``exec``, or ``dynamic`` (decided per call): a call above ``read`` asks first."""
     ignored_fields: list[str] = []

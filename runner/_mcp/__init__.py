@@ -6,7 +6,7 @@ Rules of the package:
    session's ids, states and refusals, as it does for the worker pipe.
 2. **One ToolServer for every session** (``server``): the runners, their
    reloads, and what every client shares.
-3. **What a model reads of an error is cleaned** (``sanitize``): no host
+3. **What a model reads of an error is cleaned** (``render``): no host
    paths, tracebacks or stderr tails; the whole evidence stays in ``_meta``
    and in the server's log.
 """

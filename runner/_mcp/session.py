@@ -27,7 +27,7 @@ What is mapped how:
   kind (not_found included, so a model can read "did you mean ..."), is an
   ``isError: true`` result; the kind and its evidence are in
   ``_meta["xcsh-run/error"]`` and (2025-06-18 and later) in
-  ``structuredContent.error``, without host paths (``sanitize``). ``details``
+  ``structuredContent.error``, without host paths (``render``). ``details``
   are ``structuredContent`` when an object, and in ``_meta["xcsh-run/details"]``.
 - ``on_update`` partials become ``notifications/progress`` (a counter, and the
   partial's text as ``message``) when the request carried ``_meta.progressToken``.

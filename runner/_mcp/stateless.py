@@ -49,6 +49,9 @@ Rules:
    shared between stateless requests, not even of one client).
 8. When the server winds down, calls in flight are cancelled through the
    ladder with the reason; the runner's records of them say why.
+9. A call may run as a task (``tasks``: the tasks extension), by its tool's
+   ``task_support``; a task's prompts wait for ``tasks/update``, not for a
+   round, and closing a request's stream does not stop it.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ import itertools
 import logging
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any, Final
 
 import mcp_types as types
@@ -73,8 +77,19 @@ from xcsh_run._mcp.elicit import ELICIT_TIMEOUT, Answer, can_elicit
 from xcsh_run._mcp.log_records import LEVELS
 from xcsh_run._mcp.methods import ELICIT, SAMPLE
 from xcsh_run._mcp.names import rename_listed
-from xcsh_run._mcp.render import INSTRUCTIONS, render_tools
+from xcsh_run._mcp.render import INSTRUCTIONS, META_ERROR, render_tools
 from xcsh_run._mcp.server import CallHistory, ToolServer
+from xcsh_run._mcp.tasks import (
+    TASK_TTL,
+    TASKS_EXTENSION,
+    Task,
+    TaskedCall,
+    TaskParams,
+    TaskStore,
+    TaskUpdateParams,
+    declares_tasks,
+    missing_tasks_capability,
+)
 from xcsh_run._version import __version__
 from xcsh_run.worker.protocol import Method, Notice, ResultReceived
 
@@ -87,6 +102,8 @@ INPUT_REQUIRED: Final = "input_required"
 COMPLETE: Final = "complete"
 # Above every level: a request that asked for no log level is sent no records (rule 2).
 _NO_RECORDS: Final = len(LEVELS)
+# A task whose call ended so is ``failed``: the worker side failed, not the tool (``tasks`` rule 3).
+_FAILED_KINDS: Final = frozenset({"crashed", "protocol_error", "limit_exceeded", "load_error"})
 
 
 class StatelessServer:
@@ -110,6 +127,12 @@ class StatelessServer:
         # models, and the results here are the dicts `render` builds for every revision.
         self.sdk.add_request_handler("tools/list", types.PaginatedRequestParams, self._list_tools)
         self.sdk.add_request_handler("tools/call", types.CallToolRequestParams, self._call_tool)
+        # Rule 9: the tasks extension, advertised in server/discover.
+        self._tasks = TaskStore()
+        self.sdk.extensions[TASKS_EXTENSION] = {}
+        self.sdk.add_request_handler("tasks/get", TaskParams, self._task_get)
+        self.sdk.add_request_handler("tasks/update", TaskUpdateParams, self._task_update)
+        self.sdk.add_request_handler("tasks/cancel", TaskParams, self._task_cancel)
         tools.sessions.add(self)
         tools.sync_ui()
 
@@ -165,6 +188,12 @@ class StatelessServer:
                     message=f"invalid params: the call this requestState continues is over ({params.name!r}); "
                     "call the tool again without requestState",
                 )
+            if call.task is not None:
+                raise MCPError(
+                    code=types.INVALID_REQUEST,
+                    message=f"invalid request: this {params.name!r} call became task {call.task.id!r}; "
+                    "read it with tasks/get and answer it with tasks/update",
+                )
             if call.serving:
                 raise MCPError(
                     code=types.INVALID_REQUEST,
@@ -172,30 +201,75 @@ class StatelessServer:
                     "send the next round once that one is answered",
                 )
         else:
-            call = self._start(params.name, raw)
+            call = _Call(params.name, raw.get("_meta"))
+            created = self._as_task(call, self._task_support(params.name), declares_tasks(raw.get("_meta")))
+            self._start(call, raw)
+            if created is not None:
+                return created.created_result()
         return await call.serve_round(ctx, raw.get("inputResponses"))
 
-    def _start(self, name: str, raw: dict[str, Any]) -> _Call:
-        """A new call, run in the server's request nursery so that it outlives its first round (rule 3)."""
+    def _task_support(self, name: str) -> tuple[str, bool]:
+        tool = self._tools.runners.names.to_tool(name)
+        for info in self._tools.listed_tools():
+            if info.name == tool:
+                return info.task_support, info.task_after_input
+        return "forbidden", False
+
+    def _as_task(self, call: _Call, support: tuple[str, bool], declared: bool) -> Task | None:
+        """Make ``call`` a task now, or when its first prompts are answered (``tasks`` rule 2); the task if now."""
+        kind, after_input = support
+        if kind == "required" and not declared:
+            raise missing_tasks_capability(f"{call.name!r} runs only as a task: it")
+        if kind == "forbidden" or not declared:
+            return None
+        if after_input:
+            call.become_task = self._tasks.create
+            return None
+        task = self._tasks.create(call)
+        if task is None and kind == "required":
+            raise MCPError(
+                code=types.INTERNAL_ERROR,
+                message=f"{call.name!r} runs only as a task, and every one of the tasks kept here is still running; "
+                "wait for one to end, or stop one with tasks/cancel",
+            )
+        call.run_as(task)
+        return task
+
+    async def _task_get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
+        return self._tasks.find(ctx, params).detailed()
+
+    async def _task_update(self, ctx: ServerRequestContext[Any, Any], params: TaskUpdateParams) -> dict[str, Any]:
+        self._tasks.find(ctx, params).call.answer(params.inputResponses)
+        return {"resultType": COMPLETE}
+
+    async def _task_cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
+        self._tasks.find(ctx, params).call.stop("the MCP client cancelled the task (tasks/cancel)")
+        return {"resultType": COMPLETE}
+
+    def _start(self, call: _Call, raw: dict[str, Any]) -> None:
+        """Run ``call`` in the server's request nursery, so that it outlives its first round (rule 3)."""
         self._make_room()
-        call = _Call(name)
+        name = call.name
 
         async def run() -> None:
             try:
-                result = await self._tools.call_tool(
-                    call,
-                    None,
-                    name=name,
-                    arguments=raw.get("arguments"),
-                    meta=raw.get("_meta"),
-                    version=STATELESS_VERSION,
-                    history=CallHistory(f"mcp-{uuid.uuid4().hex[:12]}"),
-                    closing=lambda: self._tools.closing,
-                    send_progress=call.progress,
-                    label=f"stateless call {call.token[:8]}",
-                    started=call.started,
-                )
-                call.finish({**result, "resultType": COMPLETE})
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(call.outlive_ttl)
+                    result = await self._tools.call_tool(
+                        call,
+                        None,
+                        name=name,
+                        arguments=raw.get("arguments"),
+                        meta=raw.get("_meta"),
+                        version=STATELESS_VERSION,
+                        history=CallHistory(f"mcp-{uuid.uuid4().hex[:12]}"),
+                        closing=lambda: self._tools.closing,
+                        send_progress=call.progress,
+                        label=f"stateless call {call.token[:8]}",
+                        started=call.started,
+                    )
+                    nursery.cancel_scope.cancel()
+                call.finish(result)
             except Exception:
                 # One call's failure must not take the server (and every other call) down.
                 logger.exception("stateless call of %r failed", name)
@@ -205,7 +279,6 @@ class StatelessServer:
 
         self._calls[call.token] = call
         self._tools.start_request(run)
-        return call
 
     def _make_room(self) -> None:
         """Rule 6: a parked call gives way to a new one when too many wait, or when every worker is busy."""
@@ -236,14 +309,19 @@ class _Question:
 
 
 class _Call:
-    """One stateless ``tools/call`` over all its rounds, and the owner of its call (``call_link.CallOwner``)."""
+    """One stateless ``tools/call`` over its rounds, or as a task; the owner of its call (``call_link.CallOwner``)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, meta: Any) -> None:
         self.name = name
         self.token = uuid.uuid4().hex  # the plaintext of its requestState (the SDK seals it, rule 4)
         self.call_id: str | None = None
+        self.task: Task | None = None  # set when it runs as a task (rule 9), by run_as
+        self._tasked = trio.Event()
+        # Set for a task_after_input tool's call: makes it a task in the round that answers its prompts.
+        self.become_task: Callable[[TaskedCall], Task | None] | None = None
         self._runner: Runner | None = None
         self._ctx: ServerRequestContext[Any, Any] | None = None  # the round being served, if any
+        self._last_meta: dict[str, Any] = meta if isinstance(meta, dict) else {}  # a task's prompts read it
         self._questions: dict[str, _Question] = {}
         self._keys = itertools.count(1)
         self._result: dict[str, Any] | None = None
@@ -259,8 +337,26 @@ class _Call:
 
     @property
     def waiting(self) -> bool:
-        """Parked: no round is being served, and a prompt waits for its answer (rule 6)."""
-        return self._ctx is None and any(not q.answered.is_set() for q in self._questions.values())
+        """Parked: a call (not a task) with no round being served and a prompt waiting for its answer (rule 6)."""
+        return self.task is None and self._ctx is None and bool(self._open_questions())
+
+    @property
+    def over(self) -> bool:
+        return self._over
+
+    def run_as(self, task: Task | None) -> None:
+        """From now on, the call is ``task`` (if not None)."""
+        if task is not None:
+            self.task = task
+            self._tasked.set()
+
+    def _open_questions(self) -> dict[str, Any]:
+        return {q.key: q.request for q in self._questions.values() if not q.answered.is_set()}
+
+    def _touched(self) -> None:
+        self._changed.set()
+        if self.task is not None:
+            self.task.changed()
 
     # --- the call's side -----------------------------------------------------------
 
@@ -273,7 +369,7 @@ class _Call:
         if not self._over:
             self._over = True
             self._result = result
-            self._changed.set()
+            self._touched()
 
     def stop(self, why: str) -> None:
         """Stop the call through the ladder (or as soon as it starts)."""
@@ -281,11 +377,17 @@ class _Call:
         if self._runner is not None and self.call_id is not None:
             self._runner.cancel(self.call_id, why)
 
+    async def outlive_ttl(self) -> None:
+        """Beside the call: a task still running at its ttl is stopped (``tasks`` rule 5)."""
+        await self._tasked.wait()
+        await trio.sleep(TASK_TTL)
+        self.stop(f"it was still running at its ttl ({TASK_TTL:g} s)")
+
     # --- the owner of its call (call_link.CallOwner) ----------------------------------
 
     def _meta(self) -> dict[str, Any]:
         meta = (self._ctx.params or {}).get("_meta") if self._ctx is not None else None
-        return meta if isinstance(meta, dict) else {}
+        return meta if isinstance(meta, dict) else self._last_meta
 
     def _capabilities(self) -> dict[str, Any]:
         caps = self._meta().get(types.CLIENT_CAPABILITIES_META_KEY)
@@ -327,12 +429,12 @@ class _Call:
                 data={"requiredCapabilities": {"sampling": {}}},
             )
             self.stop("its client offers no sampling")
-            self._changed.set()
+            self._touched()
             await trio.lowlevel.checkpoint()
             return None
         question = _Question(f"input-{next(self._keys)}", SAMPLE if sample else ELICIT, params)
         self._questions[question.key] = question
-        self._changed.set()
+        self._touched()
         try:
             with trio.move_on_after(timeout):
                 await question.answered.wait()
@@ -342,27 +444,78 @@ class _Call:
             self.stop(f"its input request was not answered within {timeout:g} s")
         return question.answer
 
-    # --- a round (a request of the client's) ------------------------------------------
+    # --- the client's side: rounds, or a task's updates ------------------------------------
+
+    def answer(self, responses: Any) -> bool:
+        """Hand the client's answers to their prompts; whether one was answered (rule 4).
+
+        A malformed response leaves its question open: it is asked again.
+        """
+        answered = False
+        if isinstance(responses, dict):
+            for key, value in responses.items():
+                question = self._questions.get(key)
+                if question is not None and isinstance(value, dict) and not question.answered.is_set():
+                    question.answer = ResultReceived(id=0, method=question.method, result=value)
+                    question.answered.set()
+                    answered = True
+        if answered and self.task is not None:
+            self.task.changed()
+        return answered
+
+    def view(self) -> dict[str, Any]:
+        """The task's status and what goes with it (``tasks`` rule 3)."""
+        if not self._over:
+            open_questions = self._open_questions()
+            if open_questions:
+                return {"status": INPUT_REQUIRED, "inputRequests": open_questions}
+            if self._stop_reason is not None:
+                return {"status": "working", "statusMessage": f"stopping: {self._stop_reason}"}
+            return {"status": "working"}
+        if self._refusal is not None:
+            refusal = self._refusal.error
+            return {
+                "status": "failed",
+                "error": refusal.model_dump(exclude_none=True),
+                "statusMessage": refusal.message,
+            }
+        result = self._result
+        if result is None:
+            return {
+                "status": "failed",
+                "error": {"code": types.INTERNAL_ERROR, "message": f"{self.name!r} ended without a result"},
+            }
+        error = result.get("_meta", {}).get(META_ERROR) if result.get("isError") else None
+        kind = error.get("kind") if isinstance(error, dict) else None
+        text = next((b.get("text") for b in result.get("content", []) if b.get("type") == "text"), str(kind))
+        if kind == "cancelled":
+            return {"status": "cancelled", "statusMessage": self._stop_reason or text}
+        if kind in _FAILED_KINDS:
+            failure = {"code": types.INTERNAL_ERROR, "message": text, "data": error}
+            return {"status": "failed", "error": failure, "statusMessage": text}
+        return {"status": "completed", "result": result}
 
     async def serve_round(self, ctx: ServerRequestContext[Any, Any], responses: Any) -> dict[str, Any]:
         """Serve one round: hand over the answers, then wait for the result or the next questions."""
         self._ctx = ctx
+        meta = (ctx.params or {}).get("_meta")
+        self._last_meta = meta if isinstance(meta, dict) else self._last_meta
         try:
-            if isinstance(responses, dict):
-                for key, value in responses.items():
-                    question = self._questions.get(key)
-                    # A malformed response leaves its question open: it is asked again (rule 4).
-                    if question is not None and isinstance(value, dict) and not question.answered.is_set():
-                        question.answer = ResultReceived(id=0, method=question.method, result=value)
-                        question.answered.set()
+            if self.answer(responses) and self.become_task is not None and not self._open_questions():
+                # A task_after_input tool's prompts are answered: from here on the call is a task.
+                self.run_as(self.become_task(self))
+                self.become_task = None
+                if self.task is not None:
+                    self._touched()
+                    return self.task.created_result()
             while True:
                 if self._refusal is not None:
                     raise self._refusal
                 if self._over:
                     if self._result is None:
                         raise MCPError(code=types.INTERNAL_ERROR, message=f"{self.name!r} ended without a result")
-                    return self._result
-                open_questions = {q.key: q.request for q in self._questions.values() if not q.answered.is_set()}
+                    return {**self._result, "resultType": COMPLETE}
+                open_questions = self._open_questions()
                 if open_questions:
                     return {
                         "resultType": INPUT_REQUIRED,

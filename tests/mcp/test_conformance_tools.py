@@ -44,6 +44,7 @@ SUITE_TOOL_NAMES = {
     "test_logging_tool",
     "greet",
     "slow_compute",
+    "protocol_error_job",
     "failing_job",
     "confirm_delete",
     "multi_input",
@@ -69,6 +70,14 @@ async def test_every_tool_the_suite_calls_loads_with_its_schema() -> None:
     assert tools["greet"].parameters["required"] == ["name"]
     assert set(tools["slow_compute"].parameters["properties"]) == {"seconds", "label"}
     assert tools["confirm_delete"].parameters["required"] == ["filename"]
+    # The tasks scenarios need these registrations, not only these names.
+    supports = {name: (tool.task_support, tool.task_after_input) for name, tool in tools.items()}
+    assert supports["greet"] == ("forbidden", False)
+    assert supports["failing_job"] == ("required", False)
+    assert supports["test_tool_with_task"] == ("required", True)
+    assert {supports[n][0] for n in ("slow_compute", "confirm_delete", "multi_input", "protocol_error_job")} == {
+        "optional"
+    }
 
 
 async def test_the_tools_answer_as_the_suite_checks() -> None:

@@ -3,7 +3,7 @@
 Driven like tests/mcp/test_mcp.py: `xcsh-run serve` as a subprocess and the official SDK client over
 stdio. Each kind's text is asserted exactly: it names the tool, what happened (the exception's type
 for a tool's own error; the path and the schema's expectation for invalid arguments) and the message,
-without host paths (runner/_mcp/sanitize.py).
+without host paths (runner/_mcp/render.py).
 """
 
 from __future__ import annotations

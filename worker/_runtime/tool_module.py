@@ -220,6 +220,12 @@ def describe_tool(entry: object) -> LoadedTool:
         raise ValueError(f"tool {tool.name!r}: execute must be callable")
     if tool.concurrency not in ("shared", "exclusive"):
         raise ValueError(f"tool {tool.name!r}: concurrency must be 'shared' or 'exclusive', got {tool.concurrency!r}")
+    if tool.task_support not in ("forbidden", "optional", "required"):
+        raise ValueError(
+            f"tool {tool.name!r}: task_support must be 'forbidden', 'optional' or 'required', got {tool.task_support!r}"
+        )
+    if tool.task_after_input and tool.task_support == "forbidden":
+        raise ValueError(f"tool {tool.name!r}: task_after_input needs task_support 'optional' or 'required'")
     if tool.timeout is not None and not (isinstance(tool.timeout, int | float) and tool.timeout > 0):
         raise ValueError(f"tool {tool.name!r}: timeout must be a positive number of seconds, got {tool.timeout!r}")
     params = tool.parameters
@@ -247,6 +253,8 @@ def describe_tool(entry: object) -> LoadedTool:
         icons=_icons(tool.icons, tool.name) if tool.icons is not None else None,
         requires=_requires.coerce(tool.requires, tool.name) if tool.requires is not None else None,
         keeps_processes=bool(tool.keeps_processes),
+        task_support=tool.task_support,
+        task_after_input=bool(tool.task_after_input),
         approval=_approval(tool),
     )
     return LoadedTool(tool, description, struct_type)

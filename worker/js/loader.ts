@@ -169,6 +169,13 @@ export function describeTool(entry: unknown): LoadedTool {
   if (tool.hidden) description.hidden = true;
   if (tool.deferrable) description.deferrable = true;
   if (tool.keepsProcesses) description.keeps_processes = true;
+  const taskSupport = tool.taskSupport ?? "forbidden";
+  if (!["forbidden", "optional", "required"].includes(taskSupport)) fail(`taskSupport must be "forbidden", "optional" or "required", got ${short(taskSupport)}`);
+  if (taskSupport !== "forbidden") description.task_support = taskSupport;
+  if (tool.taskAfterInput) {
+    if (taskSupport === "forbidden") fail(`taskAfterInput needs taskSupport "optional" or "required"`);
+    description.task_after_input = true;
+  }
   if (concurrency !== "shared") description.concurrency = concurrency;
   if (timeout !== null) description.timeout = timeout;
   if (typeof tool.onSession === "function") description.has_on_session = true;

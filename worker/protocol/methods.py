@@ -197,6 +197,10 @@ class ToolDescription(msgspec.Struct, frozen=True, omit_defaults=True):
     icons: list[dict[str, Any]] | None = None
     requires: Requires | None = None  # needs under strict, shown to the user, never granted by themselves
     keeps_processes: bool = False  # what a call starts in the background lives until the session ends
+    # Whether an MCP client may run a call as a task (the tasks extension), and whether its first prompts
+    # come before the task, in the request.
+    task_support: Literal["forbidden", "optional", "required"] = "forbidden"
+    task_after_input: bool = False
     approval: Literal["read", "write", "exec", "dynamic"] | None = None  # "dynamic": a function of the arguments
     ignored_fields: list[str] = []  # fields of the other contracts this runner does not use, reported at load
 

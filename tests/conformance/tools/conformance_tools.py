@@ -20,6 +20,7 @@ nearest thing it has and says so in its docstring. ``api.ui.elicit`` and
 import asyncio
 import base64
 import json
+import os
 import struct
 import time
 import zlib
@@ -381,8 +382,12 @@ def factory(api):
             signal.throw_if_aborted()
         return _text(f"Hello, {name}! (from a task)")
 
-    def tool(name, description, execute, parameters=NO_ARGS):
-        return api.pi.CustomTool(name=name, description=description, parameters=parameters, execute=execute)
+    def protocol_error_job(tool_call_id, params, on_update, ctx, signal):
+        # The worker process dies mid-call: not the tool's error but the server side's (a task `failed`).
+        os._exit(70)
+
+    def tool(name, description, execute, parameters=NO_ARGS, **options):
+        return api.pi.CustomTool(name=name, description=description, parameters=parameters, execute=execute, **options)
 
     return [
         tool("test_simple_text", "Tests simple text content response", simple_text),
@@ -481,13 +486,33 @@ def factory(api):
         ),
         tool("test_logging_tool", "Logs two records during the call (SEP-2575)", logging_tool),
         tool("greet", "Returns Hello, {name}!", greet, GREET_PARAMS),
-        tool("slow_compute", "Works for `seconds` seconds, then returns a result", slow_compute, SLOW_COMPUTE_PARAMS),
-        tool("failing_job", "Fails with a tool error after about a second", failing_job),
-        tool("confirm_delete", "Asks for a confirmation, then deletes the file", confirm_delete, FILENAME_PARAMS),
-        tool("multi_input", "Asks two questions at once", multi_input),
+        tool(
+            "slow_compute",
+            "Works for `seconds` seconds, then returns a result",
+            slow_compute,
+            SLOW_COMPUTE_PARAMS,
+            task_support="optional",
+        ),
+        tool("failing_job", "Fails with a tool error after about a second", failing_job, task_support="required"),
+        tool(
+            "protocol_error_job",
+            "Its worker dies mid-call (a failed task)",
+            protocol_error_job,
+            task_support="optional",
+        ),
+        tool(
+            "confirm_delete",
+            "Asks for a confirmation, then deletes the file",
+            confirm_delete,
+            FILENAME_PARAMS,
+            task_support="optional",
+        ),
+        tool("multi_input", "Asks two questions at once", multi_input, task_support="optional"),
         tool(
             "test_tool_with_task",
             "Asks for a name, then works as a task; the result carries the name",
             tool_with_task,
+            task_support="required",
+            task_after_input=True,
         ),
     ]
