@@ -61,7 +61,6 @@ logger = logging.getLogger("xcsh_run.mcp")
 ANNOTATIONS_SINCE: Final = "2025-03-26"  # tool annotations, audio blocks
 TITLE_SINCE: Final = "2025-06-18"  # tool title and outputSchema, structuredContent, resource_link blocks
 ICONS_SINCE: Final = "2025-11-25"  # tool icons
-TASKS_SINCE: Final = "2026-07-28"  # a tool's task support (the tasks extension is served from then on)
 
 # What `initialize` tells the model about these tools.
 INSTRUCTIONS: Final = (
@@ -122,8 +121,6 @@ def render_tools(tools: Sequence[ToolInfo], version: str) -> list[dict[str, Any]
                 entry["annotations"] = annotations
         if version >= ICONS_SINCE and tool.icons:
             entry["icons"] = tool.icons
-        if version >= TASKS_SINCE and tool.task_support != "forbidden":
-            entry["execution"] = {"taskSupport": tool.task_support}  # the tasks extension (``tasks``)
         if tool.requires is not None:
             entry["_meta"] = {META_REQUIRES: msgspec.json.decode(msgspec.json.encode(tool.requires))}
         rendered.append(entry)

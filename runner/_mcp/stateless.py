@@ -201,6 +201,7 @@ class StatelessServer:
                     "send the next round once that one is answered",
                 )
         else:
+            await self._tools.runners.first_load.wait()  # a tool's task support is known once it is loaded
             call = _Call(params.name, raw.get("_meta"))
             created = self._as_task(call, self._task_support(params.name), declares_tasks(raw.get("_meta")))
             self._start(call, raw)

@@ -158,6 +158,9 @@ class TaskStore:
         self.run = uuid.uuid4().hex[:8]
         self._tasks: OrderedDict[str, Task] = OrderedDict()
 
+    def __contains__(self, task_id: object) -> bool:
+        return task_id in self._tasks
+
     def create(self, call: TaskedCall) -> Task | None:
         """A new task for ``call``, or None when every kept task is still running (rule 5)."""
         self._forget_expired()
