@@ -10,7 +10,7 @@ BUN_DIR := $(CURDIR)/.cache/bun
 BUN_EXE := $(BUN_DIR)/node_modules/bun/bin/bun.exe
 BUN_STAMP := $(BUN_DIR)/.installed-$(shell grep -E '^(BUN|TYPEBOX|ZOD|ARKTYPE)_VERSION' runner/_discovery/bun.py | cksum | cut -d' ' -f1)
 
-.PHONY: setup bun run test stress check docs lint fuzz bench conformance wheel clean import-tree
+.PHONY: setup bun node-mcp run test stress check docs lint fuzz bench conformance wheel clean import-tree
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "xcsh-run needs Python 3.11+, found " + sys.version.split()[0]'
@@ -33,6 +33,11 @@ $(BUN_STAMP): $(STAMP)
 
 bun: $(BUN_STAMP)
 
+## The MCP conformance suite, the official TypeScript SDK client and the Node 22 they run on, from the npm
+## registry into .cache/conformance (needs npm; about 240 MB, once per pin in tests/conformance/package-lock.json).
+node-mcp: $(STAMP)
+	$(BIN)/python tests/conformance/run.py --install-only
+
 run test stress bench: export XCSH_RUN_BUN := $(BUN_EXE)
 
 ## The bundled examples: count the Python files tracked in this repository, with the Python tool and
@@ -42,7 +47,7 @@ run: $(STAMP) $(BUN_STAMP)
 	$(BIN)/xcsh-run repo_stats_ts --args '{"glob":"*.py"}'
 
 ## Lint, type-check, build the reference docs, then every test (the fuzz suite's quick profile included).
-test: check docs $(BUN_STAMP)
+test: check docs $(BUN_STAMP) node-mcp
 	$(BIN)/python -m pytest
 
 ## The load, sweep, fault and stress tests (marker `stress`) in their long versions (`make test` runs them

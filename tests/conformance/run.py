@@ -45,6 +45,7 @@ CACHE = Path(os.environ.get("XCSH_CONFORMANCE_CACHE", ROOT / ".cache" / "conform
 PACKAGE = CACHE / "node_modules" / "@modelcontextprotocol" / "conformance"
 SUITE_JS = PACKAGE / "dist" / "index.js"
 NODE = CACHE / "node_modules" / ".bin" / "node"
+TS_CLIENT = CACHE / "node_modules" / "@modelcontextprotocol" / "client"  # the official TypeScript SDK's client (tests)
 YAML_JS = CACHE / "node_modules" / "yaml"  # the suite's own YAML parser (a dependency of it, pinned by the lock)
 TOOLS = HERE / "tools"
 BASELINES = HERE / "expected-failures"
@@ -84,7 +85,7 @@ def install(*, quiet: bool = False) -> None:
     manifest = [HERE / "package.json", HERE / "package-lock.json"]
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in manifest)).hexdigest()[:16]
     stamp = CACHE / f".installed-{digest}"
-    if stamp.exists() and NODE.exists() and SUITE_JS.exists():
+    if stamp.exists() and NODE.exists() and SUITE_JS.exists() and TS_CLIENT.exists():
         return
     npm = shutil.which("npm")
     if npm is None:
