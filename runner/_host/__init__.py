@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from xcsh_run._host.host_api import UI_DEFAULTS as UI_DEFAULTS
     from xcsh_run._host.host_api import UIContext as UIContext
     from xcsh_run._host.host_api import ui_call as ui_call
+    from xcsh_run._host.host_api import ui_key as ui_key
     from xcsh_run._host.oneshot import CustomToolsLoadResult as CustomToolsLoadResult
     from xcsh_run._host.oneshot import discover_and_load_custom_tools as discover_and_load_custom_tools
     from xcsh_run._host.oneshot import load_custom_tools as load_custom_tools
@@ -46,6 +47,7 @@ __all__ = [
     "load_custom_tools",
     "open_runner",
     "ui_call",
+    "ui_key",
     "watching_signals",
 ]
 
@@ -65,6 +67,7 @@ _HOMES: dict[str, str] = {
     "load_custom_tools": "oneshot",
     "open_runner": "runner",
     "ui_call": "host_api",
+    "ui_key": "host_api",
     "watching_signals": "signals",
 }
 

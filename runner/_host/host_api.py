@@ -69,6 +69,10 @@ ui_call: Final = contextvars.ContextVar[str | None]("xcsh_run_ui_call", default=
 """The id of the call whose prompt a UI method is answering (None outside a call): set while the bridge
 awaits the UI, so that one UI serving many callers (the MCP server's) can route the prompt to the right one."""
 
+ui_key: Final = contextvars.ContextVar[str | None]("xcsh_run_ui_key", default=None)
+"""The tool's name for the prompt being answered (``api.ui.elicit(..., key=)``, ``api.sample(key=)``), or None:
+set beside :data:`ui_call`, for a UI that names prompts (the MCP server's, for 2026-07-28 input requests)."""
+
 UI_DEFAULTS: Final[dict[str, Any]] = {
     "select": None,
     "confirm": False,
@@ -80,6 +84,7 @@ UI_DEFAULTS: Final[dict[str, Any]] = {
     "set_editor_text": None,
     "elicit": {"action": "cancel", "content": None},
     "sample": None,
+    "roots": None,
 }
 
 
@@ -238,6 +243,8 @@ class HostBridge:
             if call is not None:
                 call.ui_scopes.add(scope)
             token = ui_call.set(params.call_id)
+            named = params.key if p.methods.input_key_problem(params.key) is None else None
+            key_token = ui_key.set(named)
             try:
                 return await call_ui(self._ui, params.method, params.args)
             except Exception as exc:
@@ -245,6 +252,7 @@ class HostBridge:
                 return default
             finally:
                 ui_call.reset(token)
+                ui_key.reset(key_token)
                 if call is not None:
                     call.ui_scopes.discard(scope)
                 self._ui_done(worker)

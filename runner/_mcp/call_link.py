@@ -19,12 +19,12 @@ from typing import Any, Protocol
 
 import trio
 
-from xcsh_run._host import UI_DEFAULTS, Runner, ui_call
-from xcsh_run._mcp.elicit import ELICIT_TIMEOUT, Answer, form_for, sample_answer
+from xcsh_run._host import UI_DEFAULTS, Runner, ui_call, ui_key
+from xcsh_run._mcp.elicit import ELICIT_TIMEOUT, Answer, form_for, roots_answer, sample_answer
 from xcsh_run._mcp.log_records import LogPump
-from xcsh_run._mcp.methods import MESSAGE
+from xcsh_run._mcp.methods import ELICIT, MESSAGE, ROOTS, SAMPLE
 from xcsh_run.worker import protocol as p
-from xcsh_run.worker.protocol import Notice
+from xcsh_run.worker.protocol import Method, Notice
 
 logger = logging.getLogger("xcsh_run.mcp")
 
@@ -41,11 +41,25 @@ class CallOwner(Protocol):
     @property
     def can_sample(self) -> bool: ...
 
+    @property
+    def can_list_roots(self) -> bool: ...
+
     async def notify_for(self, request: Any, notice: Notice[Any], params: dict[str, Any]) -> None: ...
 
     async def ask(
-        self, request: Any, params: dict[str, Any], timeout: float, *, sample: bool = False
-    ) -> Answer | None: ...
+        self,
+        request: Any,
+        params: dict[str, Any],
+        timeout: float,
+        *,
+        method: Method[Any, Any] = ELICIT,
+        key: str | None = None,
+    ) -> Answer | None:
+        """Ask the client ``method`` (a prompt's form, a sample, its roots) for ``request``'s tool; its answer.
+
+        ``key``: the name the tool gave the prompt (an input request's key, for a stateless client).
+        """
+        ...
 
 
 class CallLink:
@@ -68,11 +82,18 @@ class CallLink:
         if method == "sample":
             if not self._owner.can_sample or not args or not isinstance(args[0], dict):
                 return None
-            return sample_answer(await self._owner.ask(self._request, args[0], ELICIT_TIMEOUT, sample=True))
+            answer = await self._owner.ask(self._request, args[0], ELICIT_TIMEOUT, method=SAMPLE, key=ui_key.get())
+            return sample_answer(answer)
+        if method == "roots":
+            if not self._owner.can_list_roots:
+                return None
+            return roots_answer(
+                await self._owner.ask(self._request, {}, ELICIT_TIMEOUT, method=ROOTS, key=ui_key.get())
+            )
         form = form_for(method, args)
         if form is None or not self._owner.can_elicit:
             return UI_DEFAULTS[method]
-        return form.answer(await self._owner.ask(self._request, form.params, ELICIT_TIMEOUT))
+        return form.answer(await self._owner.ask(self._request, form.params, ELICIT_TIMEOUT, key=ui_key.get()))
 
 
 class CallLinks:
@@ -134,3 +155,6 @@ class _RoutingUI:
 
     async def sample(self, params: dict[str, Any]) -> Any:
         return await self._prompt("sample", [params])
+
+    async def roots(self) -> Any:
+        return await self._prompt("roots", [])

@@ -38,12 +38,13 @@ from typing import Any, Final, TypeGuard
 import trio
 
 from xcsh_run._host import UI_DEFAULTS
-from xcsh_run._mcp.methods import CANCELLED, ELICIT, SAMPLE
+from xcsh_run._mcp.methods import CANCELLED, ELICIT
 from xcsh_run.worker.protocol import (
     Connection,
     ErrorReceived,
     ErrorResponse,
     Message,
+    Method,
     Notification,
     Response,
     ResultReceived,
@@ -131,6 +132,20 @@ def can_sample(capabilities: object) -> bool:
     return isinstance(capabilities, dict) and isinstance(capabilities.get("sampling"), dict)
 
 
+def can_list_roots(capabilities: object) -> bool:
+    """Whether a client's capabilities offer ``roots``."""
+    return isinstance(capabilities, dict) and isinstance(capabilities.get("roots"), dict)
+
+
+def roots_answer(answer: Answer | None) -> list[dict[str, Any]] | None:
+    """What ``api.roots`` returns: the client's roots (each with a string ``uri``), or None."""
+    result = answer.result if isinstance(answer, ResultReceived) else None
+    roots = result.get("roots") if isinstance(result, dict) else None
+    if not isinstance(roots, list):
+        return None
+    return [r for r in roots if isinstance(r, dict) and isinstance(r.get("uri"), str)]
+
+
 def form_for(method: str, args: Sequence[Any]) -> Form | None:
     """The form of a UI prompt; None for one that is not a form (``editor``) or has nothing to offer."""
     title = str(args[0]) if args else ""
@@ -178,10 +193,16 @@ class Asker:
         self._waiting: dict[int, _Waiter] = {}
 
     async def ask(
-        self, params: dict[str, Any], send: Callable[[bytes], Awaitable[None]], timeout: float, *, sample: bool = False
+        self,
+        params: dict[str, Any],
+        send: Callable[[bytes], Awaitable[None]],
+        timeout: float,
+        *,
+        method: Method[Any, Any] = ELICIT,
     ) -> Answer | None:
-        """Send ``elicitation/create`` (``sampling/createMessage``) through ``send``; its answer, or None in time."""
-        request_id, data = self._conn.send_request(SAMPLE if sample else ELICIT, params)
+        """Send ``method`` (``elicitation/create``, ``sampling/createMessage``, ``roots/list``) through ``send``;
+        its answer, or None in time."""
+        request_id, data = self._conn.send_request(method, params)
         waiter = self._waiting[request_id] = _Waiter()
         sent = False
         try:

@@ -102,6 +102,8 @@ SET_LEVEL: Final = Method("logging/setLevel", Params, Params, sender=_CLIENT, al
 ELICIT: Final = Method("elicitation/create", Params, _ANY, sender=_SERVER, allowed=_OPEN)
 # Sent by the server: a tool's ``api.sample``, a completion from the client's model.
 SAMPLE: Final = Method("sampling/createMessage", Params, _ANY, sender=_SERVER, allowed=_OPEN)
+# Sent by the server: a tool's ``api.roots``, the folders the client works in.
+ROOTS: Final = Method("roots/list", Params, _ANY, sender=_SERVER, allowed=_OPEN)
 
 INITIALIZED: Final = Notice("notifications/initialized", _ANY, sender=_CLIENT, allowed=_OPEN, on_receive=State.LOADED)
 CANCELLED: Final = Notice("notifications/cancelled", CancelledParams, sender=_CLIENT, allowed=_OPEN, lenient=True)
@@ -112,7 +114,7 @@ TOOLS_LIST_CHANGED: Final = Notice(
 )
 
 MCP_PROTOCOL: Final = MethodTable(
-    [INITIALIZE, PING, TOOLS_LIST, TOOLS_CALL, SET_LEVEL, ELICIT, SAMPLE],
+    [INITIALIZE, PING, TOOLS_LIST, TOOLS_CALL, SET_LEVEL, ELICIT, SAMPLE, ROOTS],
     [INITIALIZED, CANCELLED, PROGRESS, MESSAGE, TOOLS_LIST_CHANGED],
 )
 

@@ -79,11 +79,12 @@ import trio
 
 from xcsh_run._discovery import ToolInfo
 from xcsh_run._host import Runner
-from xcsh_run._mcp.elicit import Answer, Asker, can_elicit, can_sample, is_answer
+from xcsh_run._mcp.elicit import Answer, Asker, can_elicit, can_list_roots, can_sample, is_answer
 from xcsh_run._mcp.line_transport import RequestId, error_line
 from xcsh_run._mcp.log_records import DEFAULT_LEVEL, parse_level
 from xcsh_run._mcp.methods import (
     CANCELLED,
+    ELICIT,
     INITIALIZE,
     INITIALIZED,
     PING,
@@ -110,6 +111,7 @@ from xcsh_run.worker.protocol import (
     ErrorObject,
     LocalProtocolError,
     Message,
+    Method,
     Notice,
     NotificationDropped,
     NotificationReceived,
@@ -182,6 +184,7 @@ class McpSession:
         self.log_level = DEFAULT_LEVEL  # the least severe log record its client is sent (log_records)
         self.can_elicit: bool | None = None  # whether its client takes prompts; None until initialize
         self.can_sample = False  # whether its client offers sampling (api.sample)
+        self.can_list_roots = False  # whether its client offers roots (api.roots)
         self._asker = Asker(self._conn)  # the prompts sent to its client, waiting for their answers
         # The runner's record of this session's calls (ctx.sessionManager); carried
         # over to the next generation's runner when `serve` reloads the tools.
@@ -213,12 +216,21 @@ class McpSession:
         await self._send_for(request, self._conn.send_notification(notice, params))
 
     async def ask(
-        self, request: _Request, params: dict[str, Any], timeout: float, *, sample: bool = False
+        self,
+        request: _Request,
+        params: dict[str, Any],
+        timeout: float,
+        *,
+        method: Method[Any, Any] = ELICIT,
+        key: str | None = None,
     ) -> Answer | None:
-        """Ask the client for ``request``'s tool (a prompt, or a sample); its answer, or None (elicit)."""
+        """Ask the client for ``request``'s tool (a prompt, or a sample); its answer, or None (elicit).
+
+        ``key`` means nothing here: a handshake client is sent the request itself, with an id.
+        """
         if not request.reply.carries_requests:
             return None  # a JSON-only reply would drop the request: the no-op answer now, not at the timeout
-        return await self._asker.ask(params, functools.partial(self._send_for, request), timeout, sample=sample)
+        return await self._asker.ask(params, functools.partial(self._send_for, request), timeout, method=method)
 
     # --- lifecycle ---------------------------------------------------------------
 
@@ -453,6 +465,7 @@ class McpSession:
         self._version = asked if asked in SUPPORTED_PROTOCOL_VERSIONS else LATEST_PROTOCOL_VERSION
         self.can_elicit = can_elicit(request.params.get("capabilities"))
         self.can_sample = can_sample(request.params.get("capabilities"))
+        self.can_list_roots = can_list_roots(request.params.get("capabilities"))
         self._server.sync_ui()
         client = request.params.get("clientInfo")
         logger.info(

@@ -73,9 +73,9 @@ from mcp.shared.exceptions import MCPError
 
 from xcsh_run._discovery import ToolInfo
 from xcsh_run._host import Runner
-from xcsh_run._mcp.elicit import ELICIT_TIMEOUT, Answer, can_elicit
+from xcsh_run._mcp.elicit import ELICIT_TIMEOUT, Answer, can_elicit, can_list_roots
 from xcsh_run._mcp.log_records import LEVELS
-from xcsh_run._mcp.methods import ELICIT, SAMPLE
+from xcsh_run._mcp.methods import ELICIT, ROOTS, SAMPLE
 from xcsh_run._mcp.names import rename_listed
 from xcsh_run._mcp.render import INSTRUCTIONS, META_ERROR, render_tools
 from xcsh_run._mcp.server import CallHistory, ToolServer
@@ -97,6 +97,9 @@ logger = logging.getLogger("xcsh_run.mcp")
 
 STATELESS_VERSION: Final = "2026-07-28"
 MAX_PARKED: Final = 64
+# How long a round waits for more prompts after one came, and at most in all (``_Call._gather_questions``).
+GATHER_QUIET: Final = 0.05
+GATHER_MAX: Final = 0.25
 INPUT_REQUIRED: Final = "input_required"
 # A dict result names its own type: the SDK fills it only into the models it builds.
 COMPLETE: Final = "complete"
@@ -405,6 +408,7 @@ class _Call:
 
     # Always asked: a sample without the capability is the request's refusal (rule 5), not a quiet None.
     can_sample: Final = True
+    can_list_roots: Final = True  # asked, and answered None when the request's client declared no roots
 
     async def notify_for(self, request: Any, notice: Notice[Any], params: dict[str, Any]) -> None:
         """A log record of the call, on the stream of the round being served (none between rounds)."""
@@ -419,9 +423,24 @@ class _Call:
         if ctx is not None:
             await ctx.session.report_progress(params["progress"], params.get("total"), params.get("message"))
 
-    async def ask(self, request: Any, params: dict[str, Any], timeout: float, *, sample: bool = False) -> Answer | None:
-        """Put a prompt to the client as an input request of the next answer (rule 3); its answer, or None."""
-        if sample and not isinstance(self._capabilities().get("sampling"), dict):
+    async def ask(
+        self,
+        request: Any,
+        params: dict[str, Any],
+        timeout: float,
+        *,
+        method: Method[Any, Any] = ELICIT,
+        key: str | None = None,
+    ) -> Answer | None:
+        """Put a prompt to the client as an input request of the next answer (rule 3); its answer, or None.
+
+        The input request is named by ``key``, the tool's name for it, unless the call has an open one of
+        that name; else the server names it (``input-N``).
+        """
+        if method is ROOTS and not can_list_roots(self._capabilities()):
+            await trio.lowlevel.checkpoint()
+            return None  # the tool learns that no roots are known
+        if method is SAMPLE and not isinstance(self._capabilities().get("sampling"), dict):
             # Rule 5: the tool needs what this client did not declare.
             self._refusal = MCPError(
                 code=types.MISSING_REQUIRED_CLIENT_CAPABILITY,
@@ -433,7 +452,9 @@ class _Call:
             self._touched()
             await trio.lowlevel.checkpoint()
             return None
-        question = _Question(f"input-{next(self._keys)}", SAMPLE if sample else ELICIT, params)
+        if key is None or key in self._questions:
+            key = f"input-{next(self._keys)}"
+        question = _Question(key, method, params)
         self._questions[question.key] = question
         self._touched()
         try:
@@ -496,6 +517,22 @@ class _Call:
             return {"status": "failed", "error": failure, "statusMessage": text}
         return {"status": "completed", "result": result}
 
+    async def _gather_questions(self) -> None:
+        """Wait while more prompts come (rule 3): a tool's prompts asked together leave in one result.
+
+        A tool that asks several at once (``asyncio.gather``) sends them in one go, but each reaches
+        the call on its own: the round waits until none came for :data:`GATHER_QUIET` (at most
+        :data:`GATHER_MAX` in all). The answers it returns are right either way: a prompt that came
+        too late is asked in the next round.
+        """
+        deadline = trio.current_time() + GATHER_MAX
+        while not self._over and self._refusal is None:
+            self._changed = trio.Event()
+            with trio.move_on_at(min(deadline, trio.current_time() + GATHER_QUIET)) as waited:
+                await self._changed.wait()
+            if waited.cancelled_caught:
+                return
+
     async def serve_round(self, ctx: ServerRequestContext[Any, Any], responses: Any) -> dict[str, Any]:
         """Serve one round: hand over the answers, then wait for the result or the next questions."""
         self._ctx = ctx
@@ -516,8 +553,10 @@ class _Call:
                     if self._result is None:
                         raise MCPError(code=types.INTERNAL_ERROR, message=f"{self.name!r} ended without a result")
                     return {**self._result, "resultType": COMPLETE}
-                open_questions = self._open_questions()
-                if open_questions:
+                if self._open_questions():
+                    await self._gather_questions()
+                    open_questions = self._open_questions()
+                if open_questions := self._open_questions():
                     return {
                         "resultType": INPUT_REQUIRED,
                         "inputRequests": open_questions,

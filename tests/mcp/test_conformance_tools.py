@@ -34,6 +34,8 @@ SUITE_TOOL_NAMES = {
     "json_schema_2020_12_tool",
     # 2026-07-28: input-required-result-*, server-stateless, tasks-*
     "test_input_required_result_elicitation",
+    "test_input_required_result_list_roots",
+    "test_input_required_result_multiple_inputs",
     "test_input_required_result_sampling",
     "test_input_required_result_request_state",
     "test_input_required_result_multi_round",
@@ -44,6 +46,7 @@ SUITE_TOOL_NAMES = {
     "test_logging_tool",
     "greet",
     "slow_compute",
+    "test_custom_header",
     "protocol_error_job",
     "failing_job",
     "confirm_delete",

@@ -53,8 +53,19 @@ def factory(api):
         answer = api.sample("Say hello", max_tokens=20)
         return "sampled: " + (answer["content"]["text"] if answer else "nothing")
 
+    def named(tcid, params, on_update, ctx, signal_):
+        form = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+        answer = api.ui.elicit("Your name?", form, key="user_name")
+        return "hello " + (answer["content"]["name"] if answer["action"] == "accept" else "nobody")
+
+    def where(tcid, params, on_update, ctx, signal_):
+        roots = api.roots(key="workspace")
+        return "no roots" if roots is None else "roots: " + ", ".join(r["uri"] for r in roots)
+
     obj = {"type": "object"}
     return [
+        CustomTool(name="named", description="Asks a name, by its own key", parameters=obj, execute=named),
+        CustomTool(name="where", description="Names the client's roots", parameters=obj, execute=where),
         CustomTool(name="chatty", description="Logs three records", parameters=obj, execute=chatty),
         CustomTool(name="prompts", description="Asks to confirm, then to choose", parameters=obj, execute=prompts),
         CustomTool(name="samples", description="Asks the client's model", parameters=obj, execute=samples),
@@ -396,3 +407,44 @@ async def test_a_parked_call_gives_way_to_a_new_call_when_every_worker_is_busy(c
             late = answer(await post(server.url, "tools/call", retry, name="prompts"))
             assert late["error"]["code"] == mcp_types.INVALID_PARAMS
             assert "is over" in late["error"]["message"]
+
+
+async def test_a_tool_names_its_input_requests_and_asks_for_the_clients_roots(chatty: str) -> None:
+    caps = {"elicitation": {}, "roots": {}}
+    meta = envelope(**{"io.modelcontextprotocol/clientCapabilities": caps})
+    with trio.fail_after(DEADLINE):
+        async with http_server(chatty) as server:
+            first = answer(await post(server.url, "tools/call", {"name": "named", "_meta": meta}, name="named"))
+            assert list(first["result"]["inputRequests"]) == ["user_name"]  # the tool's key, not input-1
+            retry = {
+                "name": "named",
+                "_meta": meta,
+                "requestState": first["result"]["requestState"],
+                "inputResponses": {"user_name": {"action": "accept", "content": {"name": "Ada"}}},
+            }
+            assert answer(await post(server.url, "tools/call", retry, name="named"))["result"]["content"] == [
+                {"type": "text", "text": "hello Ada"}
+            ]
+            asked = answer(await post(server.url, "tools/call", {"name": "where", "_meta": meta}, name="where"))
+            assert asked["result"]["inputRequests"] == {"workspace": {"method": "roots/list", "params": {}}}
+            # A request whose client declared no roots: the tool learns that none are known, at once.
+            plain = answer(await post(server.url, "tools/call", {"name": "where", "_meta": envelope()}, name="where"))
+            assert plain["result"]["content"] == [{"type": "text", "text": "no roots"}]
+
+            async def on_roots(context: Any) -> mcp_types.ListRootsResult:
+                return mcp_types.ListRootsResult(roots=[mcp_types.Root(uri="file:///work/app", name="app")])
+
+            async with Client(server.url, mode=REVISION, list_roots_callback=on_roots) as client:
+                assert text_of(await client.call_tool("where", {})) == "roots: file:///work/app"
+
+
+async def test_a_handshake_client_is_asked_for_its_roots_when_it_offers_them(chatty: str) -> None:
+    async def on_roots(context: Any) -> mcp_types.ListRootsResult:
+        return mcp_types.ListRootsResult(roots=[mcp_types.Root(uri="file:///srv/repo")])
+
+    with trio.fail_after(DEADLINE):
+        async with http_server(chatty) as server:
+            async with sdk_session(server.url, list_roots_callback=on_roots) as offering:
+                assert text_of(await offering.call_tool("where", {})) == "roots: file:///srv/repo"
+            async with sdk_session(server.url) as silent:
+                assert text_of(await silent.call_tool("where", {})) == "no roots"

@@ -70,6 +70,28 @@ def factory(api):
     ]
 """
 
+SURVEY_TS = """
+import type { CustomToolFactory } from "@mariozechner/pi-coding-agent";
+
+// Asks the client for its roots and for a folder, by keys of its own, then surveys: a task if it can be.
+const factory: CustomToolFactory = (pi) => ({
+  name: "survey",
+  label: "Survey",
+  description: "Asks which folder, then surveys it",
+  taskSupport: "optional",
+  parameters: pi.typebox.Type.Object({}),
+  async execute(_toolCallId, _params, _onUpdate, _ctx, _signal) {
+    const roots = (await pi.roots({ key: "workspace" })) as { uri: string }[] | undefined;
+    const form = { type: "object", properties: { folder: { type: "string" } }, required: ["folder"] };
+    const answer = (await pi.ui.elicit("Which folder?", form, { key: "folder" })) as { content?: { folder: string } };
+    const text = `surveyed ${answer.content?.folder} under ${roots?.map((r) => r.uri).join(", ")}`;
+    return { content: [{ type: "text", text }], details: {} };
+  },
+});
+
+export default factory;
+"""
+
 TASKS = {"extensions": {TASKS_EXTENSION: {}}}
 ELICITING_TASKS = {"elicitation": {}, "extensions": {TASKS_EXTENSION: {}}}
 
@@ -300,3 +322,25 @@ def test_the_store_keeps_at_most_max_tasks_forgetting_the_oldest_that_is_over() 
     assert tasks[5].id not in store  # type: ignore[union-attr]
     assert tasks[6].id in store  # type: ignore[union-attr]
     assert newest.id.startswith(f"{store.run}-")
+
+
+async def test_a_typescript_tool_runs_as_a_task_and_names_its_input_requests(bun: str, tmp_path: Path) -> None:
+    survey = tmp_path / "survey.ts"
+    survey.write_text(SURVEY_TS)
+    caps = {"elicitation": {}, "roots": {}, "extensions": {TASKS_EXTENSION: {}}}
+    with trio.fail_after(DEADLINE):
+        async with http_server(str(survey)) as server:
+            task_id = (await call(server.url, "survey", {}, caps=caps))["result"]["taskId"]
+            update = {"taskId": task_id, "_meta": meta(caps)}
+            asking = await settled(server.url, task_id, status="input_required")
+            assert asking["inputRequests"] == {"workspace": {"method": "roots/list", "params": {}}}
+            roots = {"roots": [{"uri": "file:///work/app", "name": "app"}]}
+            await rpc(server.url, "tasks/update", {**update, "inputResponses": {"workspace": roots}}, name=task_id)
+            asking = await settled(server.url, task_id, status="input_required")
+            while "folder" not in asking.get("inputRequests", {}):  # the roots reach the tool, then it asks
+                asking = await settled(server.url, task_id, status="input_required")
+            assert asking["inputRequests"]["folder"]["method"] == "elicitation/create"
+            folder = {"folder": {"action": "accept", "content": {"folder": "src"}}}
+            await rpc(server.url, "tasks/update", {**update, "inputResponses": folder}, name=task_id)
+            done = await settled(server.url, task_id)
+            assert done["result"]["content"] == [{"type": "text", "text": "surveyed src under file:///work/app"}]

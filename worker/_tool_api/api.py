@@ -156,6 +156,7 @@ class ToolAPI:
         model_preferences: Mapping[str, Any] | None = None,
         include_context: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        key: str | None = None,
     ) -> Any:
         """A completion from the host's model (MCP ``sampling/createMessage``), or None if it has none.
 
@@ -169,6 +170,8 @@ class ToolAPI:
             model_preferences: MCP's ``modelPreferences`` (``hints``, ``costPriority``, ...).
             include_context: MCP's ``includeContext``: ``"none"``, ``"thisServer"`` or ``"allServers"``.
             metadata: passed to the client as it is.
+            key: the name of this request for an MCP 2026-07-28 client (an input
+                request by that key), as for ``api.ui.elicit``.
 
         Returns:
             The client's result, ``{"role", "content", "model", "stopReason"}``,
@@ -176,6 +179,9 @@ class ToolAPI:
             ``sampling`` capability) or the client declined. An awaitable inside a
             running asyncio loop, like `exec`.
         """
+        problem = m.input_key_problem(key) if key is not None else None
+        if problem is not None:
+            raise ValueError(f"api.sample: {problem}")
         listed = [{"role": "user", "content": messages}] if isinstance(messages, str) else list(messages)
         params: dict[str, Any] = {"messages": [_sampling_message(m) for m in listed], "maxTokens": max_tokens}
         optional = {"systemPrompt": system_prompt, "temperature": temperature, "includeContext": include_context,
@@ -185,7 +191,31 @@ class ToolAPI:
         link = self._link
         if link is None:
             return ready(None) if loop_running() else None
-        request = m.UiParams(call_id=link.call_id, method="sample", args=[params])
+        request = m.UiParams(call_id=link.call_id, method="sample", args=[params], key=key)
+        if loop_running():
+            return link.request_async(m.UI, request)
+        return link.request(m.UI, request)
+
+    def roots(self, *, key: str | None = None) -> Any:
+        """The folders the host's client works in (MCP ``roots/list``), or None if it does not say.
+
+        Args:
+            key: the name of this request for an MCP 2026-07-28 client (an input
+                request by that key), as for ``api.ui.elicit``.
+
+        Returns:
+            A list of ``{"uri": "file:///...", "name"?: ...}``, or None when the
+            host has no MCP client that offers roots (the CLI, an embedding
+            program without a ``roots`` UI method). An awaitable inside a running
+            asyncio loop, like `exec`.
+        """
+        problem = m.input_key_problem(key) if key is not None else None
+        if problem is not None:
+            raise ValueError(f"api.roots: {problem}")
+        link = self._link
+        if link is None:
+            return ready(None) if loop_running() else None
+        request = m.UiParams(call_id=link.call_id, method="roots", key=key)
         if loop_running():
             return link.request_async(m.UI, request)
         return link.request(m.UI, request)

@@ -117,7 +117,7 @@ class UI:
         self._api = api
         self._link = link  # the api's link, read at each use: a worker attaches it after the api exists
 
-    def _ask(self, method: str, *args: Any) -> Any:
+    def _ask(self, method: str, *args: Any, key: str | None = None) -> Any:
         if not self._api.has_ui:
             value = getattr(_NO_UI, method)(*args)
             if loop_running():
@@ -125,7 +125,7 @@ class UI:
             return value
         link = self._link()
         assert link is not None
-        params = m.UiParams(call_id=link.call_id, method=method, args=list(args))
+        params = m.UiParams(call_id=link.call_id, method=method, args=list(args), key=key)
         if loop_running():
             return link.request_async(m.UI, params)
         return link.request(m.UI, params)
@@ -190,7 +190,7 @@ class UI:
         """The text of the host's input editor (``""`` without a UI); an awaitable of it in an async tool."""
         return self._ask("get_editor_text")
 
-    def elicit(self, message: str, schema: Mapping[str, Any]) -> Any:
+    def elicit(self, message: str, schema: Mapping[str, Any], *, key: str | None = None) -> Any:
         """Ask the user to fill in a form: ``schema`` is a flat JSON Schema object (MCP elicitation).
 
         Args:
@@ -198,6 +198,10 @@ class UI:
             schema: ``{"type": "object", "properties": {...}, "required": [...]}``
                 whose properties are strings, numbers, integers, booleans or
                 enums (no nesting).
+            key: the name of this question for an MCP 2026-07-28 client, which
+                gets it as an input request by that key (``user_name``); 1 to 64
+                letters, digits, ``_``, ``.`` or ``-``. Without it the server
+                names it (``input-1``, ...); elsewhere it changes nothing.
 
         Returns:
             ``{"action": "accept" | "decline" | "cancel", "content": {...} | None}``;
@@ -212,7 +216,10 @@ class UI:
                 city = answer["content"]["city"]
             ```
         """
-        return self._ask("elicit", message, dict(schema))
+        problem = m.input_key_problem(key) if key is not None else None
+        if problem is not None:
+            raise ValueError(f"api.ui.elicit: {problem}")
+        return self._ask("elicit", message, dict(schema), key=key)
 
     def notify(self, message: str, type: str = "info") -> Done:
         """Show the user a message, without waiting.

@@ -161,8 +161,8 @@ export const plainTheme: Record<string, unknown> = new Proxy(
 );
 
 function makeUi(link: HostLink): Record<string, unknown> {
-  const ask = async (method: string, args: unknown[]): Promise<unknown> =>
-    link.request("ui", { call_id: link.currentCallId(), method, args });
+  const ask = async (method: string, args: unknown[], key?: string): Promise<unknown> =>
+    link.request("ui", { call_id: link.currentCallId(), method, args, ...(key === undefined ? {} : { key }) });
   const tell = (method: string, args: unknown[]): void => {
     if (link.hasUI()) link.notify("ui", { call_id: link.currentCallId(), method, args });
   };
@@ -201,10 +201,13 @@ function makeUi(link: HostLink): Record<string, unknown> {
     /**
      * A form for the user (MCP elicitation): `schema` is a flat JSON Schema object.
      * Resolves to `{action: "accept" | "decline" | "cancel", content}`; "cancel" without a UI.
+     * `options.key` names the question for an MCP 2026-07-28 client (an input request by that key).
      */
-    async elicit(message: string, schema: Record<string, unknown>): Promise<unknown> {
+    async elicit(message: string, schema: Record<string, unknown>, options: { key?: string } = {}): Promise<unknown> {
+      const key = inputKey("api.ui.elicit", options?.key);
       if (!link.hasUI()) return { action: "cancel", content: null };
-      const answer = await ask("elicit", [message, schema ?? { type: "object", properties: {} }]);
+      const form = schema ?? { type: "object", properties: {} };
+      const answer = await ask("elicit", [message, form], key);
       return answer ?? { action: "cancel", content: null };
     },
     async custom(..._args: unknown[]): Promise<undefined> {
@@ -224,6 +227,18 @@ export interface SampleOptions {
   modelPreferences?: Record<string, unknown>;
   includeContext?: "none" | "thisServer" | "allServers";
   metadata?: Record<string, unknown>;
+  /** The name of this request for an MCP 2026-07-28 client (an input request by that key), as for `ui.elicit`. */
+  key?: string;
+}
+
+const INPUT_KEY = /^[A-Za-z0-9_.-]{1,64}$/;
+
+function inputKey(what: string, key: unknown): string | undefined {
+  if (key === undefined || key === null) return undefined;
+  if (typeof key !== "string" || !INPUT_KEY.test(key)) {
+    throw new TypeError(`${what}: key must be 1 to 64 letters, digits, '_', '.' or '-', got ${JSON.stringify(key)}`);
+  }
+  return key;
 }
 
 /**
@@ -258,7 +273,9 @@ function makeSample(link: HostLink) {
       const value = options?.[key];
       if (value !== undefined && value !== null) params[key] = Array.isArray(value) ? [...value] : value;
     }
-    const answer = await link.request("ui", { call_id: link.currentCallId(), method: "sample", args: [params] });
+    const key = inputKey("api.sample", options?.key);
+    const request = { call_id: link.currentCallId(), method: "sample", args: [params], ...(key === undefined ? {} : { key }) };
+    const answer = await link.request("ui", request);
     return answer === null ? undefined : answer;
   };
 }
@@ -530,6 +547,16 @@ export function makeApi(link: HostLink, opts: { typeboxDir: string }): WorkerApi
       return pushPendingAction(link, pending, action);
     },
     sample: makeSample(link),
+    /**
+     * The folders the host's client works in (MCP `roots/list`): `[{uri, name?}]`, or undefined
+     * when the host has no MCP client that offers roots. `options.key` as for `ui.elicit`.
+     */
+    async roots(options: { key?: string } = {}): Promise<unknown> {
+      const key = inputKey("api.roots", options?.key);
+      const request = { call_id: link.currentCallId(), method: "roots", args: [], ...(key === undefined ? {} : { key }) };
+      const answer = await link.request("ui", request);
+      return answer === null ? undefined : answer;
+    },
   };
   return { api, pending, endCall: (callId: string) => log.endCall(callId) };
 }

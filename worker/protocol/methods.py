@@ -252,12 +252,28 @@ class UiParams(msgspec.Struct, frozen=True):
     call_id: str | None
     method: str
     args: list[Any] = []
+    # The tool's name for a prompt (``elicit``, ``sample``): an input request's key for a stateless MCP client.
+    key: str | None = None
+
+
+# The key a tool may give a prompt (``elicit``, ``sample``): MCP 2026-07-28 names each input request of
+# an ``input_required`` result by a key, which the client's answer repeats.
+INPUT_KEY_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+INPUT_KEY_MAX: Final = 64
+
+
+def input_key_problem(key: object) -> str | None:
+    """What is wrong with a prompt's ``key``, or None for a good one (1 to 64 of ``A-Za-z0-9_.-``)."""
+    if not isinstance(key, str) or not key or len(key) > INPUT_KEY_MAX or not set(key) <= INPUT_KEY_CHARS:
+        return f"key must be 1 to {INPUT_KEY_MAX} letters, digits, '_', '.' or '-', got {key!r}"
+    return None
 
 
 UI_METHODS: Final = ("select", "confirm", "input", "notify", "set_status", "editor", "get_editor_text",
-                     "set_editor_text", "elicit", "sample")  # fmt: skip
+                     "set_editor_text", "elicit", "sample", "roots")  # fmt: skip
 # ``elicit``: a form (a JSON Schema) for the user; ``sample``: a completion from the
-# host's model (MCP ``sampling/createMessage``), which is not a UI and needs no ``has_ui``.
+# host's model (MCP ``sampling/createMessage``) and ``roots``: the folders the host's client
+# works in (MCP ``roots/list``), which are not a UI and need no ``has_ui``.
 
 
 class LogParams(msgspec.Struct, frozen=True):

@@ -6,11 +6,11 @@ that calls it asks of the server under test (docs/conformance.md lists them); th
 and schemas are the suite's own.
 
 The 2026-07-28 tools (input-required-result-*, server-stateless, tasks-*) are written with the
-same blocking requests as the others (``api.ui.elicit``, ``api.sample``): turning a request
-into an ``InputRequiredResult`` and the client's answer back into its value, keeping
-``requestState`` and running a call as a task are the server's work, not the tool's. What
-the tool API cannot say at all (a ``roots/list`` request, a tool's task support, a tool that
-changes the tool list) has no tool here; docs/conformance.md names those.
+same blocking requests as the others (``api.ui.elicit``, ``api.sample``, ``api.roots``):
+turning a request into an ``InputRequiredResult`` and the client's answer back into its value,
+keeping ``requestState`` and running a call as a task are the server's work, not the tool's.
+A tool names a request with ``key=`` where the suite wants a key of its own (``user_name``),
+and declares ``task_support`` where a scenario needs a task.
 
 Where the host API has no way yet to do what a scenario needs, the tool uses the
 nearest thing it has and says so in its docstring. ``api.ui.elicit`` and
@@ -151,6 +151,11 @@ JSON_SCHEMA_2020_12 = {
 }
 
 
+REGION_PARAMS = {
+    "type": "object",
+    "properties": {"region": {"type": "string", "description": "Where to run", "x-mcp-header": "Region"}},
+    "required": ["region"],
+}
 NAME_SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
 CONFIRM_SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
 COLOR_SCHEMA = {"type": "object", "properties": {"color": {"type": "string"}}, "required": ["color"]}
@@ -291,10 +296,25 @@ def factory(api):
     # --- 2026-07-28: input-required-result-* (SEP-2322), server-stateless (SEP-2575) ---------------
 
     def irr_elicitation(tool_call_id, params, on_update, ctx, signal):
-        # The suite names this request `user_name` in inputRequests (and answers it by that key
-        # without asking first); the key is the server's to choose, not the tool's.
-        name = answered(api.ui.elicit("What is your name?", NAME_SCHEMA), "name")
+        # The suite looks for this request under the key `user_name` (and answers it by that key).
+        name = answered(api.ui.elicit("What is your name?", NAME_SCHEMA, key="user_name"), "name")
         return _text(f"Hello, {name}!" if name is not None else "No name given")
+
+    def irr_list_roots(tool_call_id, params, on_update, ctx, signal):
+        roots = api.roots(key="client_roots")
+        if roots is None:
+            return _text("The client shares no roots")
+        return _text("Roots: " + ", ".join(f"{r.get('name', r['uri'])} ({r['uri']})" for r in roots))
+
+    async def irr_multiple_inputs(tool_call_id, params, on_update, ctx, signal):
+        # Three requests at once, of three kinds: one InputRequiredResult carries them all.
+        name, greeting, roots = await asyncio.gather(
+            api.ui.elicit("What is your name?", NAME_SCHEMA, key="user_name"),
+            api.sample("Generate a greeting", max_tokens=50, key="greeting"),
+            api.roots(key="client_roots"),
+        )
+        count = len(roots) if roots is not None else 0
+        return _text(f"{sampled_text(greeting)} {answered(name, 'name')}! ({count} roots)")
 
     def irr_sampling(tool_call_id, params, on_update, ctx, signal):
         answer = api.sample("What is the capital of France?", max_tokens=100)
@@ -382,6 +402,10 @@ def factory(api):
             signal.throw_if_aborted()
         return _text(f"Hello, {name}! (from a task)")
 
+    def custom_header(tool_call_id, params, on_update, ctx, signal):
+        # Its `region` travels in the Mcp-Param-Region header too; the server checks that the two agree.
+        return _text(f"Region: {params['region']}")
+
     def protocol_error_job(tool_call_id, params, on_update, ctx, signal):
         # The worker process dies mid-call: not the tool's error but the server side's (a task `failed`).
         os._exit(70)
@@ -450,6 +474,16 @@ def factory(api):
             irr_elicitation,
         ),
         tool(
+            "test_input_required_result_list_roots",
+            "Asks the client for its roots (a roots/list input request), then names them (SEP-2322)",
+            irr_list_roots,
+        ),
+        tool(
+            "test_input_required_result_multiple_inputs",
+            "Asks a name, a greeting and the roots at once: three input requests (SEP-2322)",
+            irr_multiple_inputs,
+        ),
+        tool(
             "test_input_required_result_sampling",
             "Asks the client's model for the capital of France (a sampling input request) (SEP-2322)",
             irr_sampling,
@@ -486,6 +520,12 @@ def factory(api):
         ),
         tool("test_logging_tool", "Logs two records during the call (SEP-2575)", logging_tool),
         tool("greet", "Returns Hello, {name}!", greet, GREET_PARAMS),
+        tool(
+            "test_custom_header",
+            "Names a region, which travels in the Mcp-Param-Region header as well (SEP-2243)",
+            custom_header,
+            REGION_PARAMS,
+        ),
         tool(
             "slow_compute",
             "Works for `seconds` seconds, then returns a result",
