@@ -52,6 +52,13 @@ Rules:
 9. A call may run as a task (``tasks``: the tasks extension), by its tool's
    ``task_support``; a task's prompts wait for ``tasks/update``, not for a
    round, and closing a request's stream does not stop it.
+10. ``subscriptions/listen`` (the SDK's handler) is the revision's way to hear
+    of changes: a listening client is sent ``notifications/tools/list_changed``
+    when what it is listed changes, as a session is (``server`` rule 5). At
+    most :data:`MAX_LISTENERS` listen at once, each with at most
+    :data:`LISTEN_BACKLOG` unsent events (a stream that falls behind is ended:
+    its client listens again and re-lists). When the server stops, the streams
+    go with its connections, dropped: its clients are told nothing more.
 """
 
 from __future__ import annotations
@@ -69,6 +76,7 @@ from mcp.server.caching import CacheHint
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPError
 
 from xcsh_run._discovery import ToolInfo
@@ -97,6 +105,8 @@ logger = logging.getLogger("xcsh_run.mcp")
 
 STATELESS_VERSION: Final = "2026-07-28"
 MAX_PARKED: Final = 64
+MAX_LISTENERS: Final = 64
+LISTEN_BACKLOG: Final = 16
 # How long a round waits for more prompts after one came, and at most in all (``_Call._gather_questions``).
 GATHER_QUIET: Final = 0.05
 GATHER_MAX: Final = 0.25
@@ -130,6 +140,10 @@ class StatelessServer:
         # models, and the results here are the dicts `render` builds for every revision.
         self.sdk.add_request_handler("tools/list", types.PaginatedRequestParams, self._list_tools)
         self.sdk.add_request_handler("tools/call", types.CallToolRequestParams, self._call_tool)
+        # Rule 10: listen streams, fed by the reloads and pending actions that change the listing.
+        self._bus = InMemorySubscriptionBus()
+        self._listen = ListenHandler(self._bus, max_subscriptions=MAX_LISTENERS, max_buffered_events=LISTEN_BACKLOG)
+        self.sdk.add_request_handler("subscriptions/listen", types.SubscriptionsListenRequestParams, self._listen)
         # Rule 9: the tasks extension, advertised in server/discover.
         self._tasks = TaskStore()
         self.sdk.extensions[TASKS_EXTENSION] = {}
@@ -148,7 +162,9 @@ class StatelessServer:
         return True
 
     async def tools_changed(self, before: list[ToolInfo], after: list[ToolInfo]) -> None:
-        """Nothing to send: a stateless client re-lists when its cache hint runs out."""
+        """Tell the listening clients (rule 10); the others re-list when their cache hint runs out."""
+        if render_tools(before, STATELESS_VERSION) != render_tools(after, STATELESS_VERSION):
+            await self._bus.publish(ToolsListChanged())
 
     def wind_down(self, why: str, deadline: float) -> None:
         for call in list(self._calls.values()):

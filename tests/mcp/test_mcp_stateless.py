@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +22,12 @@ import pytest
 import trio
 from mcp import StdioServerParameters
 from mcp.client import Client
+from mcp.client.subscriptions import SubscriptionLost
 
 from tests._support.mcp_clients import BASIC, DEADLINE, http_server, sdk_session, serve_args
 from tests.conftest import SDK_HTTP_LEFTOVERS, XCSH_RUN
 from tests.mcp import test_mcp
-from tests.mcp.test_mcp import error_of, text_of, wait_exited
+from tests.mcp.test_mcp import error_of, text_of, tool_module, wait_exited
 
 pytestmark = SDK_HTTP_LEFTOVERS
 
@@ -448,3 +450,38 @@ async def test_a_handshake_client_is_asked_for_its_roots_when_it_offers_them(cha
                 assert text_of(await offering.call_tool("where", {})) == "roots: file:///srv/repo"
             async with sdk_session(server.url) as silent:
                 assert text_of(await silent.call_tool("where", {})) == "no roots"
+
+
+async def test_a_listening_client_hears_that_the_tools_changed(tmp_path: Path) -> None:
+    folder = tmp_path / "tools"
+    folder.mkdir()
+    tool_module(folder, "a", "alpha", "first")
+    with trio.fail_after(DEADLINE * 2):
+        async with http_server(str(folder)) as server, Client(server.url, mode=REVISION) as client:
+            discovered = answer(await post(server.url, "server/discover", {"_meta": envelope()}))["result"]
+            assert discovered["capabilities"]["tools"]["listChanged"] is True
+            async with client.listen(tools_list_changed=True) as subscription:
+                tool_module(folder, "b", "beta", "second")  # a new file in a watched folder
+                async for event in subscription:
+                    assert type(event).__name__ == "ToolsListChanged"
+                    break
+            names = {tool.name for tool in (await client.list_tools()).tools}
+            assert names == {"alpha", "beta"}
+
+
+async def test_a_server_that_stops_with_a_client_listening_exits_at_once() -> None:
+    events: list[object] = []
+    with trio.fail_after(DEADLINE):
+        async with http_server(BASIC) as server, Client(server.url, mode=REVISION) as client:
+            # The connections go with the server's main loop, the listen stream among them: the client
+            # sees it dropped (no replay; it would listen again) and the server does not wait for it.
+            async def listen_through_the_stop() -> None:
+                async with client.listen(tools_list_changed=True) as subscription:
+                    server.process.send_signal(signal.SIGTERM)
+                    async for event in subscription:
+                        events.append(event)
+
+            with pytest.raises(SubscriptionLost):
+                await listen_through_the_stop()
+            assert await server.process.wait() == 128 + signal.SIGTERM
+    assert events == []
