@@ -460,6 +460,8 @@ async def test_a_listening_client_hears_that_the_tools_changed(tmp_path: Path) -
         async with http_server(str(folder)) as server, Client(server.url, mode=REVISION) as client:
             discovered = answer(await post(server.url, "server/discover", {"_meta": envelope()}))["result"]
             assert discovered["capabilities"]["tools"]["listChanged"] is True
+            # Listed first: the first load has ended, so the new file is a change, not part of it.
+            assert {tool.name for tool in (await client.list_tools()).tools} == {"alpha"}
             async with client.listen(tools_list_changed=True) as subscription:
                 tool_module(folder, "b", "beta", "second")  # a new file in a watched folder
                 async for event in subscription:
