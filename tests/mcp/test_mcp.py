@@ -30,7 +30,7 @@ from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION
 
-from tests._support.mcp_clients import BASIC, DEADLINE, HOSTILE, open_session, serve_args, stdio_session
+from tests._support.mcp_clients import BASIC, DEADLINE, HOSTILE, http_server, open_session, serve_args, stdio_session
 from tests.conftest import XCSH_RUN, marked_processes
 from xcsh_run import open_runner
 
@@ -894,3 +894,28 @@ def test_fastmcp_client_lists_calls_streams_and_sees_errors(extra: str) -> None:
             assert (await client.call_tool("echo", {"text": "ok"})).content[0].text == "ok"  # type: ignore[union-attr]
 
     asyncio.run(asyncio.wait_for(main(), DEADLINE))
+
+
+async def test_fastmcp_client_lists_and_calls_over_http() -> None:
+    """Streamable HTTP: FastMCP's client (asyncio, so in a thread of its own) against a real `serve --http`."""
+    import asyncio
+
+    from fastmcp import Client as FastClient
+    from fastmcp.client.transports import StreamableHttpTransport
+
+    async def main(url: str) -> tuple[set[str], str, bool, str]:
+        async with FastClient(StreamableHttpTransport(url), timeout=DEADLINE) as client:
+            names = {t.name for t in await client.list_tools()}
+            added = await client.call_tool("add", {"a": 2, "b": 40})
+            failed = await client.call_tool("raises", {}, raise_on_error=False)
+            return names, added.content[0].text, failed.is_error, failed.content[0].text  # type: ignore[union-attr]
+
+    with trio.fail_after(DEADLINE):
+        async with http_server(BASIC) as server:
+            names, added, is_error, text = await trio.to_thread.run_sync(
+                lambda: asyncio.run(asyncio.wait_for(main(server.url), DEADLINE))
+            )
+    assert {"add", "echo", "raises"} <= names
+    assert added == "42"
+    assert is_error is True
+    assert text == "raises failed: ValueError: the tool failed on purpose"
