@@ -50,8 +50,10 @@ Rules:
 8. When the server winds down, calls in flight are cancelled through the
    ladder with the reason; the runner's records of them say why.
 9. A call may run as a task (``tasks``: the tasks extension), by its tool's
-   ``task_support``; a task's prompts wait for ``tasks/update``, not for a
-   round, and closing a request's stream does not stop it.
+   ``task_support``; a task's prompts wait for ``tasks/update`` (for
+   ``ELICIT_TIMEOUT``, as every prompt), not for a round, and closing a
+   request's stream does not stop it. A stopped call asks nothing more, and
+   its open prompts are answered with nothing.
 10. ``subscriptions/listen`` (the SDK's handler) is the revision's way to hear
     of changes: a listening client is sent ``notifications/tools/list_changed``
     when what it is listed changes, as a session is (``server`` rule 5). At
@@ -63,6 +65,7 @@ Rules:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import uuid
@@ -243,7 +246,7 @@ class StatelessServer:
         if kind == "forbidden" or not declared:
             return None
         if after_input:
-            call.become_task = self._tasks.create
+            call.become_task = functools.partial(self._late_task, kind == "required")
             return None
         task = self._tasks.create(call)
         if task is None and kind == "required":
@@ -253,6 +256,18 @@ class StatelessServer:
                 "wait for one to end, or stop one with tasks/cancel",
             )
         call.run_as(task)
+        return task
+
+    def _late_task(self, required: bool, call: TaskedCall) -> Task | None:
+        """A ``task_after_input`` call's task, once its prompts are answered; refused as ``_as_task`` does."""
+        task = self._tasks.create(call)
+        if task is None and required:
+            call.stop("every one of the tasks kept here was still running")
+            raise MCPError(
+                code=types.INTERNAL_ERROR,
+                message="this tool runs only as a task, and every one of the tasks kept here is still running; "
+                "wait for one to end, or stop one with tasks/cancel",
+            )
         return task
 
     async def _task_get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
@@ -283,7 +298,8 @@ class StatelessServer:
                         meta=raw.get("_meta"),
                         version=STATELESS_VERSION,
                         history=CallHistory(f"mcp-{uuid.uuid4().hex[:12]}"),
-                        closing=lambda: self._tools.closing,
+                        # A call stopped before it started (while the tools loaded) is not started.
+                        closing=lambda: self._tools.closing or call.stop_reason,
                         send_progress=call.progress,
                         label=f"stateless call {call.token[:8]}",
                         started=call.started,
@@ -391,9 +407,20 @@ class _Call:
             self._result = result
             self._touched()
 
+    @property
+    def stop_reason(self) -> str | None:
+        return self._stop_reason
+
     def stop(self, why: str) -> None:
-        """Stop the call through the ladder (or as soon as it starts)."""
+        """Stop the call through the ladder (or as soon as it starts).
+
+        Its open prompts are answered with nothing, and it asks no more: a stop may come while the
+        call is not yet the runner's to cancel (an approval prompt comes first), and it must not
+        wait for an answer then.
+        """
         self._stop_reason = self._stop_reason or why
+        for question in self._questions.values():
+            question.answered.set()
         if self._runner is not None and self.call_id is not None:
             self._runner.cancel(self.call_id, why)
 
@@ -453,6 +480,9 @@ class _Call:
         The input request is named by ``key``, the tool's name for it, unless the call has an open one of
         that name; else the server names it (``input-N``).
         """
+        if self._stop_reason is not None:
+            await trio.lowlevel.checkpoint()
+            return None  # stopped: nobody is asked any more
         if method is ROOTS and not can_list_roots(self._capabilities()):
             await trio.lowlevel.checkpoint()
             return None  # the tool learns that no roots are known
@@ -469,7 +499,8 @@ class _Call:
             await trio.lowlevel.checkpoint()
             return None
         if key is None or key in self._questions:
-            key = f"input-{next(self._keys)}"
+            # A tool may name a prompt `input-1` itself: the server's names skip what is taken.
+            key = next(k for k in (f"input-{n}" for n in self._keys) if k not in self._questions)
         question = _Question(key, method, params)
         self._questions[question.key] = question
         self._touched()
@@ -477,7 +508,8 @@ class _Call:
             with trio.move_on_after(timeout):
                 await question.answered.wait()
         finally:
-            self._questions.pop(question.key, None)
+            if self._questions.get(question.key) is question:
+                del self._questions[question.key]
         if not question.answered.is_set():
             self.stop(f"its input request was not answered within {timeout:g} s")
         return question.answer
@@ -503,13 +535,6 @@ class _Call:
 
     def view(self) -> dict[str, Any]:
         """The task's status and what goes with it (``tasks`` rule 3)."""
-        if not self._over:
-            open_questions = self._open_questions()
-            if open_questions:
-                return {"status": INPUT_REQUIRED, "inputRequests": open_questions}
-            if self._stop_reason is not None:
-                return {"status": "working", "statusMessage": f"stopping: {self._stop_reason}"}
-            return {"status": "working"}
         if self._refusal is not None:
             refusal = self._refusal.error
             return {
@@ -517,6 +542,13 @@ class _Call:
                 "error": refusal.model_dump(exclude_none=True),
                 "statusMessage": refusal.message,
             }
+        if not self._over:
+            open_questions = self._open_questions()
+            if open_questions and self._stop_reason is None:
+                return {"status": INPUT_REQUIRED, "inputRequests": open_questions}
+            if self._stop_reason is not None:
+                return {"status": "working", "statusMessage": f"stopping: {self._stop_reason}"}
+            return {"status": "working"}
         result = self._result
         if result is None:
             return {
@@ -526,20 +558,22 @@ class _Call:
         error = result.get("_meta", {}).get(META_ERROR) if result.get("isError") else None
         kind = error.get("kind") if isinstance(error, dict) else None
         text = next((b.get("text") for b in result.get("content", []) if b.get("type") == "text"), str(kind))
-        if kind == "cancelled":
+        if kind == "cancelled" or (self._stop_reason is not None and result.get("isError")):
+            # Also an error after a stop: one that came before the runner had the call (its approval
+            # prompt) ends it as that prompt's refusal, not through the ladder.
             return {"status": "cancelled", "statusMessage": self._stop_reason or text}
         if kind in _FAILED_KINDS:
             failure = {"code": types.INTERNAL_ERROR, "message": text, "data": error}
             return {"status": "failed", "error": failure, "statusMessage": text}
         return {"status": "completed", "result": result}
 
-    async def _gather_questions(self) -> None:
+    async def _gather_questions(self) -> bool:
         """Wait while more prompts come (rule 3): a tool's prompts asked together leave in one result.
 
         A tool that asks several at once (``asyncio.gather``) sends them in one go, but each reaches
         the call on its own: the round waits until none came for :data:`GATHER_QUIET` (at most
         :data:`GATHER_MAX` in all). The answers it returns are right either way: a prompt that came
-        too late is asked in the next round.
+        too late is asked in the next round. False if the call ended or was refused meanwhile.
         """
         deadline = trio.current_time() + GATHER_MAX
         while not self._over and self._refusal is None:
@@ -547,7 +581,8 @@ class _Call:
             with trio.move_on_at(min(deadline, trio.current_time() + GATHER_QUIET)) as waited:
                 await self._changed.wait()
             if waited.cancelled_caught:
-                return
+                return True
+        return False
 
     async def serve_round(self, ctx: ServerRequestContext[Any, Any], responses: Any) -> dict[str, Any]:
         """Serve one round: hand over the answers, then wait for the result or the next questions."""
@@ -569,9 +604,8 @@ class _Call:
                     if self._result is None:
                         raise MCPError(code=types.INTERNAL_ERROR, message=f"{self.name!r} ended without a result")
                     return {**self._result, "resultType": COMPLETE}
-                if self._open_questions():
-                    await self._gather_questions()
-                    open_questions = self._open_questions()
+                if self._open_questions() and not await self._gather_questions():
+                    continue  # the call ended or was refused meanwhile: that is the answer
                 if open_questions := self._open_questions():
                     return {
                         "resultType": INPUT_REQUIRED,

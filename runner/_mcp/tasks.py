@@ -32,10 +32,14 @@ Rules:
    answer the empty acknowledgement, also for a task that is over.
 5. Bounds: a task is kept :data:`TASK_TTL` from its creation (``ttlMs``),
    and :data:`KEPT_AFTER_END` at least after it ended; one still running at
-   its ttl is stopped. At most :data:`MAX_TASKS` are kept: a new task
-   forgets the oldest that is over; when every one is still running, an
-   ``optional`` tool's call is answered in its request and a ``required``
-   one's is refused, saying why.
+   its ttl is stopped, and so is one whose prompt waits unanswered for
+   ``ELICIT_TIMEOUT``, as every prompt. At most :data:`MAX_TASKS` are kept: a
+   new task forgets the oldest that is over; when every one is still running,
+   an ``optional`` tool's call is answered in its request and a ``required``
+   one's is refused, saying why (a ``task_after_input`` one's is stopped then).
+   A task stopped before it ended (``tasks/cancel``, the ttl, the server's
+   end) is ``cancelled``, also when the stop came while its approval prompt
+   was open and it ended as that prompt's refusal.
 6. Tasks live in this process. A task id names the server's run, so an id
    of an earlier run gets ``-32602`` saying that the server restarted and
    the task is lost; when the server winds down, its running tasks are
@@ -54,6 +58,7 @@ from typing import Any, Final, Protocol
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import decode_header_value
 
 TASKS_EXTENSION: Final = "io.modelcontextprotocol/tasks"
 TASK_TTL: Final = 3600.0
@@ -178,7 +183,7 @@ class TaskStore:
         if not declares_tasks(ctx.params.get("_meta") if ctx.params else None):
             raise missing_tasks_capability(ctx.method)
         headers = getattr(ctx.request, "headers", None)
-        named = headers.get(_MCP_NAME) if headers is not None else None
+        named = decode_header_value(headers.get(_MCP_NAME)) if headers is not None else None
         if named is not None and named.strip() != params.taskId:
             raise MCPError(code=HEADER_MISMATCH, message=f"the Mcp-Name header does not match taskId ({ctx.method})")
         self._forget_expired()

@@ -54,6 +54,23 @@ def factory(api):
         version = api.ui.input("Version", "1.0.0")
         return f"released {version}"
 
+    def wipe(tcid, params, on_update, ctx, signal):
+        return "wiped"
+
+    async def both(tcid, params, on_update, ctx, signal):
+        # A prompt named like the server's own names, and one the server names, asked together.
+        import asyncio
+        form = {"type": "object", "properties": {"x": {"type": "string"}}}
+        first, second = await asyncio.gather(api.ui.elicit("First", form, key="input-1"), api.ui.confirm("Second", "?"))
+        return f"{first['action']} {second}"
+
+    async def greedy(tcid, params, on_update, ctx, signal):
+        # A form and a sample at once, from a client that cannot sample: the sample decides.
+        import asyncio
+        form = {"type": "object", "properties": {"x": {"type": "string"}}}
+        await asyncio.gather(api.ui.elicit("Form", form), api.sample("Hi", max_tokens=5))
+        return "never"
+
     wait = {"type": "object", "properties": {"go": {"type": "string"}, "target": {"type": "string"}},
             "required": ["go", "target"]}
     none = {"type": "object"}
@@ -67,6 +84,10 @@ def factory(api):
         CustomTool(name="release", description="Asks a version, then releases as a task", parameters=none,
                    execute=release, task_support="required", task_after_input=True),
         CustomTool(name="quick", description="Answers at once", parameters=none, execute=lambda *a: "quick"),
+        CustomTool(name="wipe", description="Wipes, once approved", parameters=none, execute=wipe,
+                   approval="write", task_support="optional"),
+        CustomTool(name="both", description="Asks two things at once", parameters=none, execute=both),
+        CustomTool(name="greedy", description="Asks a form and a sample", parameters=none, execute=greedy),
     ]
 """
 
@@ -344,3 +365,33 @@ async def test_a_typescript_tool_runs_as_a_task_and_names_its_input_requests(bun
             await rpc(server.url, "tasks/update", {**update, "inputResponses": folder}, name=task_id)
             done = await settled(server.url, task_id)
             assert done["result"]["content"] == [{"type": "text", "text": "surveyed src under file:///work/app"}]
+
+
+async def test_a_task_cancelled_while_its_approval_prompt_is_open_is_cancelled(jobs: str) -> None:
+    with trio.fail_after(DEADLINE):
+        async with http_server(jobs) as server:
+            task_id = (await call(server.url, "wipe", {}, caps=ELICITING_TASKS))["result"]["taskId"]
+            asking = await settled(server.url, task_id, status="input_required")
+            assert asking["status"] == "input_required"  # the approval prompt, before the call is the runner's
+            cancel = {"taskId": task_id, "_meta": meta(ELICITING_TASKS)}
+            await rpc(server.url, "tasks/cancel", cancel, name=task_id)
+            stopped = await settled(server.url, task_id)
+            assert stopped["status"] == "cancelled"
+            assert "tasks/cancel" in stopped["statusMessage"]
+
+
+async def test_a_tools_own_key_never_collides_with_the_servers_names(jobs: str) -> None:
+    with trio.fail_after(DEADLINE):
+        async with http_server(jobs) as server:
+            asked = (await call(server.url, "both", {}, caps={"elicitation": {}}))["result"]
+            assert asked["resultType"] == "input_required"
+            assert sorted(asked["inputRequests"]) == ["input-1", "input-2"]
+            methods = {r["params"]["message"]: key for key, r in asked["inputRequests"].items()}
+            assert methods["First"] == "input-1"  # the tool's own, kept; the server's name skipped it
+
+
+async def test_a_sample_refused_among_prompts_asked_together_refuses_the_request(jobs: str) -> None:
+    with trio.fail_after(DEADLINE):
+        async with http_server(jobs) as server:
+            refused = await call(server.url, "greedy", {}, caps={"elicitation": {}})
+            assert refused["error"]["code"] == mcp_types.MISSING_REQUIRED_CLIENT_CAPABILITY
