@@ -18,6 +18,7 @@ from tests.contract.conftest import on, only, tool_file
 
 TIMEOUT = 2.0
 GRACE = 0.5
+HANG_MARGIN = 10.0
 
 
 @pytest.fixture
@@ -132,7 +133,9 @@ async def test_timeout_goes_through_the_ladder(hostile: Path, tool: str, rung: s
     assert result.kind == "timeout", result
     assert result.error.rung == rung
     assert f"timed out after {TIMEOUT:g} s" in result.text
-    assert TIMEOUT <= elapsed < TIMEOUT + GRACE + 1.0
+    # The upper bound is for a hang, not a speed (speed is the benchmarks'): killing a Bun worker's
+    # tree on a loaded 2-core machine has taken 2.5 s after the kill.
+    assert TIMEOUT <= elapsed < TIMEOUT + GRACE + HANG_MARGIN
     if rung == "killed":  # SIGKILL comes at the grace, not before
         assert elapsed >= TIMEOUT + GRACE
     else:  # the worker answered within the grace
