@@ -32,7 +32,7 @@ import trio
 
 from xcsh_run._discovery import ToolFilesState, ToolInfo, read_tool_files_state, wait_for_change
 from xcsh_run._host import Runner, open_runner
-from xcsh_run._mcp.names import ToolNames
+from xcsh_run._mcp.render import ToolNames
 from xcsh_run._sandbox import SandboxPolicy
 
 logger = logging.getLogger("xcsh_run.mcp")

@@ -102,8 +102,7 @@ from xcsh_run._mcp.methods import (
     server_connection,
 )
 from xcsh_run._mcp.methods import RpcError as _RpcError
-from xcsh_run._mcp.names import rename_listed
-from xcsh_run._mcp.render import INSTRUCTIONS, render_tools
+from xcsh_run._mcp.render import INSTRUCTIONS, rename_listed, render_tools
 from xcsh_run._mcp.server import CallHistory, Outbox, ToolServer
 from xcsh_run._mcp.wire import Batch, Incoming, Malformed
 from xcsh_run.worker.protocol import (

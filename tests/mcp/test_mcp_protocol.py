@@ -22,7 +22,7 @@ import trio
 from mcp.shared.exceptions import MCPError
 
 from tests.mcp.test_mcp import BASIC, DEADLINE, RawServer, raw_server, session, text_of
-from xcsh_run._mcp.names import ToolNames, rename_listed, valid_tool_name
+from xcsh_run._mcp.render import ToolNames, rename_listed, valid_tool_name
 from xcsh_run._mcp.wire import Batch, Malformed, classify, recover_id
 from xcsh_run.worker.protocol.messages import ErrorObject, ErrorResponse, Notification, Response
 
