@@ -229,20 +229,17 @@ class StatelessServer:
         if kind == "forbidden" or not declared:
             return None
         if after_input:
-            call.become_task = functools.partial(self._late_task, kind == "required")
+            call.become_task = functools.partial(self._new_task, kind == "required")
             return None
-        task = self._tasks.create(call)
-        if task is None and kind == "required":
-            raise MCPError(
-                code=types.INTERNAL_ERROR,
-                message=f"{call.name!r} runs only as a task, and every one of the tasks kept here is still running; "
-                "wait for one to end, or stop one with tasks/cancel",
-            )
+        task = self._new_task(kind == "required", call)
         call.run_as(task)
         return task
 
-    def _late_task(self, required: bool, call: TaskedCall) -> Task | None:
-        """A ``task_after_input`` call's task, once its prompts are answered; refused as ``_as_task`` does."""
+    def _new_task(self, required: bool, call: TaskedCall) -> Task | None:
+        """A task for ``call``; None when the store is full, or, for a ``required`` tool, refused (``tasks`` rule 5).
+
+        The refused call is stopped: one not started yet never starts, a ``task_after_input`` one ends.
+        """
         task = self._tasks.create(call)
         if task is None and required:
             call.stop("every one of the tasks kept here was still running")

@@ -65,7 +65,6 @@ TASK_TTL: Final = 3600.0
 KEPT_AFTER_END: Final = 300.0
 MAX_TASKS: Final = 128
 POLL_INTERVAL_MS: Final = 500
-HEADER_MISMATCH: Final = -32020
 _MCP_NAME: Final = "mcp-name"
 
 
@@ -82,7 +81,7 @@ class TaskUpdateParams(TaskParams):
 
 
 class TaskedCall(Protocol):
-    """What the store asks of a call that runs as a task (``stateless._Call``)."""
+    """What the store asks of a call that runs as a task (``stateless_call.StatelessCall``)."""
 
     @property
     def over(self) -> bool: ...
@@ -185,7 +184,9 @@ class TaskStore:
         headers = getattr(ctx.request, "headers", None)
         named = decode_header_value(headers.get(_MCP_NAME)) if headers is not None else None
         if named is not None and named.strip() != params.taskId:
-            raise MCPError(code=HEADER_MISMATCH, message=f"the Mcp-Name header does not match taskId ({ctx.method})")
+            raise MCPError(
+                code=types.HEADER_MISMATCH, message=f"the Mcp-Name header does not match taskId ({ctx.method})"
+            )
         self._forget_expired()
         task = self._tasks.get(params.taskId)
         if task is not None:
