@@ -46,9 +46,11 @@ run: $(STAMP) $(BUN_STAMP)
 	$(BIN)/xcsh-run repo_stats --args '{"glob":"*.py"}'
 	$(BIN)/xcsh-run repo_stats_ts --args '{"glob":"*.py"}'
 
-## Lint, type-check, build the reference docs, then every test (the fuzz suite's quick profile included).
+## Lint, type-check, build the reference docs, then every test (the fuzz suite's quick profile included),
+## then the CLI's tests again with every `xcsh-run` they start going through one daemon.
 test: check docs $(BUN_STAMP) node-mcp
 	$(BIN)/python -m pytest
+	XCSH_RUN_TEST_DAEMON=1 $(BIN)/python -m pytest tests/cli -q
 
 ## The load, sweep, fault and stress tests (marker `stress`) in their long versions (`make test` runs them
 ## short); extra flags: make stress STRESS_ARGS='-k load -x'.

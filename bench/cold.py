@@ -102,6 +102,7 @@ def variants(work: Path, reps: int, mcp_reps: int) -> list[Variant]:
             str(project),
             True,
         ),
+        Variant(DAEMON_CASE, [*cli, "--daemon"], reps, {**env, **daemon_env(work)}, str(project), True),
         Variant(
             "MCP SDK: client spawns SDK MCPServer, initialize + 1 call_tool",
             [python, str(ROOT / "bench" / "peers" / "mcp_cold.py")],
@@ -110,6 +111,57 @@ def variants(work: Path, reps: int, mcp_reps: int) -> list[Variant]:
             str(ROOT),
         ),
     ]
+
+
+DAEMON_CASE = "xcsh-run --daemon echo --args ... (contained, repeated: the daemon warm)"
+CONCURRENT = 40
+CONCURRENT_ALONE = f"{CONCURRENT} concurrent xcsh-run echo, no daemon: wall time for all {CONCURRENT}"
+CONCURRENT_DAEMON = f"{CONCURRENT} concurrent xcsh-run --daemon echo (daemon up): wall time for all {CONCURRENT}"
+
+
+def daemon_env(work: Path) -> dict[str, str]:
+    """The benchmark's own daemon folder (short: a socket path has 107 bytes); the variant's first run starts it."""
+    folder = work / "d"
+    if len(str(folder)) > 80:
+        raise ValueError(f"the work folder {work} is too long for a daemon socket path")
+    return {"XCSH_RUN_DAEMON_DIR": str(folder)}
+
+
+def stop_daemon(work: Path) -> None:
+    subprocess.run(
+        [str(Path(sys.executable).parent / "xcsh-run"), "daemon", "stop"],
+        env=child_env(**daemon_env(work)), capture_output=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def concurrent(work: Path, rounds: int) -> dict[str, list[float]]:
+    """Wall time of 40 CLI calls started at once, with and without the daemon, rounds alternating.
+
+    Each call has its own cache folder's worth of nothing new: the module cache is warm (the cold
+    variants filled it), the daemon is up (its variant started it); what differs is 40 hosts and 40
+    workers started against one warm host pool.
+    """
+    xcsh = str(Path(sys.executable).parent / "xcsh-run")
+    project = work / "project"
+    env = child_env(PYTHONDONTWRITEBYTECODE=None, HOME=str(work / "home"), XDG_CACHE_HOME=str(work / "cache"))
+    tool = str(ROOT / "bench" / "tools" / "echo_tool.py")
+    argv = [xcsh, "echo", "--args", '{"x": 1}', "--tools", tool, "--json"]
+    cases = {CONCURRENT_ALONE: (argv, env), CONCURRENT_DAEMON: ([*argv, "--daemon"], {**env, **daemon_env(work)})}
+    samples: dict[str, list[float]] = {case: [] for case in cases}
+    for _ in range(rounds):
+        for case, (command, case_env) in cases.items():
+            start = time.perf_counter()
+            procs = [
+                subprocess.Popen(command, env=case_env, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                for _ in range(CONCURRENT)
+            ]
+            outputs = [proc.communicate(timeout=300) for proc in procs]
+            elapsed = (time.perf_counter() - start) * 1e3
+            failed = [err for proc, (_out, err) in zip(procs, outputs, strict=True) if proc.returncode != 0]
+            if failed:
+                raise RuntimeError(f"{case}: {len(failed)} calls failed: {failed[0].decode()[-300:]}")
+            samples[case].append(elapsed)
+    return samples
 
 
 def measure(work: Path, reps: int, mcp_reps: int) -> list[Variant]:

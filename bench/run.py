@@ -463,8 +463,18 @@ def cold_section(args: argparse.Namespace, work: Path) -> Section:
         "Cold call: whole-process wall time, ms (PYTHONDONTWRITEBYTECODE unset unless stated)",
         "vs the two-interpreter floor",
     )
-    for i, v in enumerate(cold.measure(work, args.cold_reps, args.mcp_cold_reps)):
-        section.add(Row(v.case, samples=v.samples, unit="ms", ref=i == 1, error=v.error))
+    try:
+        for i, v in enumerate(cold.measure(work, args.cold_reps, args.mcp_cold_reps)):
+            section.add(Row(v.case, samples=v.samples, unit="ms", ref=i == 1, error=v.error))
+        rounds = max(1, args.cold_reps // 3)
+        try:
+            for case, samples in cold.concurrent(work, rounds).items():
+                section.add(Row(case, samples=samples, unit="ms"))
+        except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
+            for case in (cold.CONCURRENT_ALONE, cold.CONCURRENT_DAEMON):
+                section.add(Row(case, unit="ms", error=str(exc)))
+    finally:
+        cold.stop_daemon(work)
     return section
 
 
@@ -532,6 +542,18 @@ def targets(sections: dict[str, Section], grace: float | None, memory_calls: int
     cli = row("f", "xcsh-run echo --args ... (contained")
     out.append(Target("cold CLI: xcsh-run / two-interpreter floor", ratio(cli, row("f", "two-interpreter")), 1.5))
     out.append(Target("cold CLI: xcsh-run / MCP cold", ratio(cli, row("f", "MCP SDK")), 0.15))
+    warm = row("f", cold.DAEMON_CASE)
+    out.append(
+        Target("repeated CLI call, daemon: xcsh-run / two-interpreter floor", ratio(warm, row("f", "two-")), 0.5)
+    )
+    out.append(
+        Target(
+            f"{cold.CONCURRENT} concurrent CLI calls: through the daemon / without it",
+            ratio(row("f", cold.CONCURRENT_DAEMON), row("f", cold.CONCURRENT_ALONE)),
+            0.5,
+            detail="wall time for all of them",
+        )
+    )
     out.append(
         Target(
             "idle worker RSS: xcsh-run / bare msgspec python",

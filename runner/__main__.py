@@ -1,5 +1,5 @@
 """``python -m xcsh_run``: the ``xcsh-run`` command."""
 
-from xcsh_run._cli import main
+from xcsh_run._entry import main
 
 main()

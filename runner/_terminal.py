@@ -117,6 +117,7 @@ def configure_log_file(path: str | os.PathLike[str] | None, *, verbose: int = 0)
     root = logging.getLogger("xcsh_run")
     for old in _installed:
         root.removeHandler(old)
+        old.close()  # its log file: a process that runs many commands (the daemon's host) must not keep them all
     _installed.clear()
     root.setLevel(logging.DEBUG)
     # The output tap reads and splits the workers' output only when someone listens.

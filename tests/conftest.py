@@ -95,9 +95,58 @@ needs_strict = pytest.mark.skipif(
 
 
 def marked_processes() -> list[tuple[int, str]]:
-    """Live (non-zombie) processes carrying this session's mark, other than us."""
+    """Live (non-zombie) processes carrying this session's mark, other than us (and the suite's daemon's, if on)."""
     name, value = MARK.split("=", 1)
-    return [(pid, cmd) for pid, _, cmd in scan_marked(value, name)]
+    found = scan_marked(value, name)
+    kept = daemon_tree({pid: ppid for pid, ppid, _ in found}) if DAEMON_MODE else set()
+    return [(pid, cmd) for pid, _, cmd in found if pid not in kept]
+
+
+# `XCSH_RUN_TEST_DAEMON=1` (make test's second pass of tests/cli): every `xcsh-run` a test starts
+# goes through one daemon for the whole session, in a folder of its own. What that daemon keeps
+# warm between tests (its hosts, their idle workers) is not a test's leftover; the session's end
+# stops it and checks that nothing it ran survives it (pytest_sessionfinish).
+DAEMON_MODE = os.environ.get("XCSH_RUN_TEST_DAEMON") == "1"
+if DAEMON_MODE:
+    os.environ["XCSH_RUN_DAEMON"] = "1"
+    os.environ["XCSH_RUN_DAEMON_DIR"] = tempfile.mkdtemp(prefix="xcsh-run-d")
+
+
+def daemon_tree(parents: dict[int, int]) -> set[int]:
+    """The suite daemon's pid and its descendants among ``parents`` (pid -> ppid)."""
+    from xcsh_run import _daemon
+
+    try:
+        state = _daemon.status()
+    except (OSError, _daemon.DaemonError, _daemon.DaemonDirUnsafe):
+        state = None
+    if state is None or not isinstance(state.get("pid"), int):
+        return set()
+    tree = {state["pid"]}
+    grew = True
+    while grew:
+        grew = False
+        for pid, ppid in parents.items():
+            if ppid in tree and pid not in tree:
+                tree.add(pid)
+                grew = True
+    return tree
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if not DAEMON_MODE:
+        return
+    from xcsh_run import _daemon
+
+    _daemon.stop()
+    deadline = time.monotonic() + 30
+    while marked_processes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = kill_marked()
+    shutil.rmtree(os.environ["XCSH_RUN_DAEMON_DIR"], ignore_errors=True)
+    if left:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        print(f"\nthe suite's daemon left processes behind: {left}", file=sys.stderr)
 
 
 def own_cgroup_dirs() -> list[str]:

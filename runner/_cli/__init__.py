@@ -13,15 +13,37 @@ Rules of the package:
 """
 
 import sys
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final
 
 # First, before any module of the package imports trio (rule 2 of ``xcsh_run``).
 from xcsh_run import _startup  # noqa: F401
 
+if TYPE_CHECKING:
+    from xcsh_run._cli.app import HOSTING as HOSTING
+    from xcsh_run._cli.app import Hosting as Hosting
+    from xcsh_run._cli.run import run_argv as run_argv
+
 __all__ = [
+    "HOSTING",
+    "Hosting",
     "UNSUPPORTED_PLATFORM",
     "main",
+    "run_argv",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # What the daemon's host runs the commands through, loaded on first use (rule 2).
+    if name in ("HOSTING", "Hosting"):
+        from xcsh_run._cli import app
+
+        return getattr(app, name)
+    if name == "run_argv":
+        from xcsh_run._cli.run import run_argv
+
+        return run_argv
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 UNSUPPORTED_PLATFORM: Final = 69  # sysexits.h's EX_UNAVAILABLE: this system cannot run xcsh-run at all
 

@@ -1,15 +1,24 @@
 """The ``xcsh-run`` typer application and how every command runs its trio body.
 
 The commands register themselves on :data:`app`: ``_cli`` has ``run``,
-``list``, ``describe`` and the entry point; ``batch`` the batch command; ``commands`` serve and fuzz;
-``new``, ``doctor`` and ``install_bun`` one each. ``--version`` is the app's own.
+``list``, ``describe`` and the entry point; ``batch`` the batch command; ``commands`` serve, fuzz
+and daemon; ``new``, ``doctor`` and ``install_bun`` one each. ``--version`` is the app's own.
+
+A command runs its trio body through :func:`run_main` and opens its runner
+with :func:`open_cli_runner`. Both are where a warm host takes over
+(:class:`Hosting`, the daemon's): the body then runs in the host's trio loop,
+with the signals its client forwards, and the runner is one the host keeps
+open between calls. Without a host, they are ``trio.run`` with this
+process's signals, and :func:`~xcsh_run.open_runner`.
 """
 
 from __future__ import annotations
 
+import contextvars
 import signal
-from collections.abc import Awaitable, Callable
-from typing import Annotated, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar
 
 import trio
 import typer
@@ -17,10 +26,42 @@ import typer
 from xcsh_run._cli.complete import CompletingGroup
 from xcsh_run._cli.options import ExitCode, fail
 from xcsh_run._errors import RunnerError
-from xcsh_run._host import Signals, watching_signals
+from xcsh_run._host import Signals, open_runner, watching_signals
 from xcsh_run._version import __version__
 
+if TYPE_CHECKING:
+    from xcsh_run._host import Runner
+
 T = TypeVar("T")
+
+
+class Hosting(Protocol):
+    """A warm host running the current command for a client: its loop, its client's signals, its runners."""
+
+    def run(self, main: Callable[[], Awaitable[None]]) -> None:
+        """Run ``main`` to its end in the host's trio loop (called from the command's own thread)."""
+        ...
+
+    def signal_source(self) -> AsyncIterator[int]:
+        """The signals the client forwards, as their numbers."""
+        ...
+
+    def open_runner(self, tool_paths: Sequence[str], **options: Any) -> AbstractAsyncContextManager[Runner]:
+        """A runner for these options, kept open after the block for the next call that asks the same."""
+        ...
+
+
+HOSTING: contextvars.ContextVar[Hosting | None] = contextvars.ContextVar("xcsh_run_hosting", default=None)
+"""The host running the current command, if one does (set by the daemon's host, in the command's thread)."""
+
+
+def open_cli_runner(tool_paths: Sequence[str], **options: Any) -> AbstractAsyncContextManager[Runner]:
+    """:func:`~xcsh_run.open_runner` for a command, or the warm host's runner for the same options."""
+    hosting = HOSTING.get()
+    if hosting is not None:
+        return hosting.open_runner(tool_paths, **options)
+    return open_runner(tool_paths, **options)
+
 
 HELP = """Run LLM-agent custom tools in isolated, killable worker processes.
 
@@ -37,6 +78,7 @@ HELP = """Run LLM-agent custom tools in isolated, killable worker processes.
   xcsh-run new NAME                         a new tool, with a test, in .xcsh/tools
   xcsh-run doctor                           what this machine's sandbox can enforce
   xcsh-run install-bun                      Bun, for .ts/.js/.mjs tools (or bun on PATH)
+  xcsh-run daemon start|stop|status         a warm host: `--daemon` (or XCSH_RUN_DAEMON=1) on a call uses it
 Every command takes --cwd DIR (as if started in DIR).
 
 \b
@@ -63,6 +105,7 @@ Exit codes of a run:
        or applying it failed (the change is not applied; the message says why)
   130  cancelled (Ctrl-C or SIGTERM; the worker's whole tree is stopped first)
    69  not Linux, the only system xcsh-run runs on (every command; the line says what to do)
+   70  --daemon: the daemon could not be started or trusted, or ended during the call
 """
 
 app = typer.Typer(
@@ -105,14 +148,18 @@ def run_main(
     """
     done: list[T] = []
     handled: list[Signals] = []
+    hosting = HOSTING.get()
 
     async def main() -> None:
-        async with watching_signals() as signals:
+        async with watching_signals(None if hosting is None else hosting.signal_source()) as signals:
             handled.append(signals)
             done.append(await body(signals))
 
     try:
-        trio.run(main)
+        if hosting is None:
+            trio.run(main)
+        else:
+            hosting.run(main)
     except RunnerError as exc:
         fail(str(exc))
     except KeyboardInterrupt:

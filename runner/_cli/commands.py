@@ -1,4 +1,4 @@
-"""The ``serve`` and ``fuzz`` commands (``run``, ``list`` and ``describe`` are in ``_cli``)."""
+"""The ``serve``, ``fuzz`` and ``daemon`` commands (``run``, ``list`` and ``describe`` are in ``_cli``)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ import typer
 
 from xcsh_run._cli.app import app
 from xcsh_run._cli.app import run_main as _run
-from xcsh_run._cli.complete import complete_tool
+from xcsh_run._cli.complete import complete_choices, complete_tool
 from xcsh_run._cli.options import (
     AllowOriginOpt,
     ApproveOpt,
     CwdOpt,
     GraceOpt,
     HttpOpt,
+    JsonOpt,
     LoadTimeoutOpt,
     LogFileOpt,
     PortFileOpt,
@@ -31,7 +32,7 @@ from xcsh_run._cli.options import (
 )
 from xcsh_run._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_QUEUE_TIMEOUT
 from xcsh_run._host import Signals, open_runner
-from xcsh_run._safe_text import visible
+from xcsh_run._safe_text import json_text, visible
 from xcsh_run._sandbox import SandboxPolicy
 from xcsh_run._terminal import configure_log_file
 from xcsh_run.fuzz import FuzzReport
@@ -319,3 +320,66 @@ def _fuzz_on_ray(
 
     campaign = _run(main)
     _finish(campaign.report, campaign.summary(), junit)
+
+
+@app.command("daemon")
+def daemon_command(
+    action: Annotated[
+        str,
+        typer.Argument(
+            metavar="start|stop|status",
+            help="start: start it (if none runs); stop: stop it, letting running calls end; status: what it runs.",
+            autocompletion=complete_choices("start", "stop", "status"),
+        ),
+    ],
+    as_json: JsonOpt = False,
+) -> None:
+    """The warm host that answers `xcsh-run --daemon TOOL ...` (or XCSH_RUN_DAEMON=1) without a cold start.
+
+    \b
+    Exit codes:
+      0  done (status: a daemon runs)
+      1  status: no daemon runs
+     70  the daemon could not be started, reached or trusted (the line says why)
+    """
+    from xcsh_run import _daemon
+
+    if action not in ("start", "stop", "status"):
+        fail(f"daemon: the action is start, stop or status, got {action!r}")
+    try:
+        if action == "stop":
+            pid = _daemon.stop()
+            _say(as_json, {"stopped": pid}, f"daemon {pid} stopped" if pid else "no daemon was running")
+            return
+        if action == "start":
+            sock = _daemon.connect()
+            if sock is not None:
+                sock.close()
+        state = _daemon.status()
+    except (_daemon.DaemonError, _daemon.DaemonDirUnsafe, OSError) as exc:
+        fail(f"daemon: {exc}", _daemon.DAEMON_FAILED)
+    if state is None:
+        _say(as_json, {"running": False}, "no daemon running (`xcsh-run daemon start`, or `--daemon` on a call)")
+        raise typer.Exit(1)
+    _say(as_json, {"running": True, **state}, _status_text(state))
+
+
+def _say(as_json: bool, data: dict[str, Any], text: str) -> None:
+    typer.echo(json_text(data, indent=2) if as_json else text)
+
+
+def _status_text(state: dict[str, Any]) -> str:
+    hosts = state.get("hosts") or []
+    mib = sum(int(h.get("rss") or 0) for h in hosts) + int(state.get("rss") or 0)
+    busy = sum(1 for h in hosts if h.get("busy"))
+    runners = sum(int(h.get("runners") or 0) for h in hosts)
+    lines = [
+        f"daemon {state.get('pid')}: xcsh-run {state.get('version')} on {state.get('python')}",
+        f"  folder: {state.get('folder')} (its socket and log)",
+        f"  hosts: {len(hosts)} ({busy} busy, {state.get('waiting', 0)} calls waiting), runners kept: {runners}",
+        f"  memory: {mib / (1 << 20):.0f} MiB (the daemon, its hosts and their workers)",
+        f"  ends after {float(state.get('idle_seconds') or 0):.0f} s without a call",
+    ]
+    if not state.get("current"):
+        lines.append("  another install or version than this xcsh-run's: the next call replaces it")
+    return "\n".join(lines)

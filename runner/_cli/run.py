@@ -15,16 +15,19 @@ and fuzz, in ``commands``; new, doctor and install-bun, in a module each.
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import os
 import shlex
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+import typer.main
 
 from xcsh_run import _startup
-from xcsh_run._cli.app import app
+from xcsh_run._cli.app import app, open_cli_runner
 from xcsh_run._cli.app import run_main as _run
 from xcsh_run._cli.complete import RunCommand, complete_choices, complete_tool
 from xcsh_run._cli.options import (
@@ -57,7 +60,7 @@ from xcsh_run._cli.tool_flags import (
 )
 from xcsh_run._config import DEFAULT_GRACE, DEFAULT_LOAD_TIMEOUT
 from xcsh_run._discovery import BUILTIN_MODULE, show_builds_on_stderr
-from xcsh_run._host import CallStopper, Signals, open_runner
+from xcsh_run._host import CallStopper, Signals
 from xcsh_run._project import project_root
 from xcsh_run._results import ToolResult
 from xcsh_run._safe_text import json_text, visible
@@ -160,7 +163,7 @@ def run_command(
         try:
             # wanted_tool: a module later in precedence than the one defining
             # the tool cannot change which tool runs, so it is not waited for.
-            async with open_runner(
+            async with open_cli_runner(
                 paths, grace=grace, load_timeout=load_timeout, sandbox=sandbox, wanted_tool=name,
                 discover_sources=source is None, approve=approve,
             ) as runner:  # fmt: skip
@@ -280,7 +283,7 @@ def _load(
 
     async def main(_: Signals) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
         # No tool is called: a spare worker would be started only to be stopped.
-        async with open_runner(
+        async with open_cli_runner(
             tools or (), load_timeout=load_timeout, sandbox=sandbox, spare_workers=0, discover_sources=True
         ) as runner:
             unenforced = [f"sandbox {runner.sandbox.level!r} not fully enforced: {u}" for u in runner.unenforced]
@@ -425,6 +428,24 @@ def main(argv: list[str] | None = None) -> None:
     _exit_now(0)
 
 
+def run_argv(argv: list[str]) -> int:
+    """The command ``argv`` to its end, in this process and thread; its exit code (the daemon's host runs this).
+
+    What the console script would print is printed, on whatever ``sys.stdout``
+    and ``sys.stderr`` are; nothing exits the process.
+    """
+    try:
+        _main(argv)
+    except SystemExit as exc:
+        if exc.code is None:
+            return 0
+        if isinstance(exc.code, int):
+            return exc.code
+        print(exc.code, file=sys.stderr)
+        return 1
+    return 0
+
+
 def _main(argv: list[str]) -> None:
     # The CLI is the application: a host warning that none of its handlers takes (no log
     # file could be opened, a command that keeps none) reaches stderr through logging's
@@ -432,12 +453,21 @@ def _main(argv: list[str]) -> None:
     logging.getLogger("xcsh_run").removeHandler(_startup.QUIET)
     show_builds_on_stderr()  # a tool's first run may build its environment: say so while it happens
     try:
-        app(args=_with_default_command(argv), prog_name="xcsh-run")
+        _command_tree()(args=_with_default_command(argv), prog_name="xcsh-run")
     except KeyboardInterrupt:
         # A Ctrl-C before any command started (typer turns one inside a
         # command into a silent exit 130): no worker exists yet.
         typer.echo("xcsh-run: interrupted by SIGINT", err=True)
         raise SystemExit(int(ExitCode.CANCELLED))
+
+
+@functools.cache
+def _command_tree() -> Callable[..., Any]:
+    """The app as click runs it, built once per process: typer builds it from every signature (~35 ms).
+
+    A process that runs many commands (the daemon's host) builds it once.
+    """
+    return typer.main.get_command(app)
 
 
 def _exit_now(code: object) -> NoReturn:

@@ -27,11 +27,11 @@ from typing import Any, Final, NoReturn
 import msgspec
 import typer
 
-from xcsh_run._cli.app import run_main
+from xcsh_run._cli.app import open_cli_runner, run_main
 from xcsh_run._cli.options import ExitCode, fail, fail_arguments
 from xcsh_run._cli.output import print_text, warn
 from xcsh_run._cli.tool_schema import Field, fields_of, split_reserved
-from xcsh_run._host import Signals, open_runner
+from xcsh_run._host import Signals
 from xcsh_run._results import ToolResult
 from xcsh_run._safe_text import json_text, visible
 from xcsh_run._sandbox import SandboxPolicy
@@ -224,7 +224,7 @@ def lookup_tool(
     """
 
     async def main(_: Signals) -> tuple[dict[str, Any] | None, list[str], ToolResult | None, str | None]:
-        async with open_runner(
+        async with open_cli_runner(
             tools, load_timeout=load_timeout, sandbox=sandbox, wanted_tool=tool, spare_workers=0,
             discover_sources=source is None,
         ) as runner:  # fmt: skip

@@ -256,6 +256,14 @@ async def _locked(path: Path, label: str) -> AsyncIterator[None]:
         os.close(fd)  # releases the lock
 
 
+class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """On whatever ``sys.stderr`` is when a record comes: the daemon's host gives each call its client's."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
 def show_builds_on_stderr() -> None:
     """The CLI's progress lines: each build's start and end, as ``xcsh-run: ...`` lines on stderr.
 
@@ -269,7 +277,7 @@ def show_builds_on_stderr() -> None:
             return False  # -v prints every record, these included: once is enough
         return not (logging.getLogger("xcsh_run").propagate and logging.getLogger().handlers)
 
-    handler = logging.StreamHandler()
+    handler = _CurrentStderr()
     handler.setFormatter(SafeFormatter("xcsh-run: %(message)s"))  # a failed build quotes its tool's output
     handler.addFilter(not_shown_otherwise)
     handler.xcsh_run_builds = True  # type: ignore[attr-defined]

@@ -103,14 +103,18 @@ class CallStopper:
 
 
 @contextlib.asynccontextmanager
-async def watching_signals() -> AsyncIterator[Signals]:
+async def watching_signals(source: AsyncIterator[int] | None = None) -> AsyncIterator[Signals]:
     """SIGINT and SIGTERM handled from the body's first step to its last (see the module docstring).
 
     A signal that no handler takes cancels the body, which then ends normally
     (the caller tells it apart by ``signals.received``). An exception from
     the body comes out as itself, not wrapped in an ``ExceptionGroup``.
+
+    ``source``, when given, is where the signal numbers come from instead of
+    this process's own signals: the daemon's host takes its client's, which
+    the client forwards (``xcsh_run._daemon.client``, rule 3).
     """
-    with trio.open_signal_receiver(*WATCHED) as receiver:
+    with contextlib.nullcontext(source) if source is not None else trio.open_signal_receiver(*WATCHED) as receiver:
         error: Exception | None = None
         async with trio.open_nursery() as nursery:
             signals = Signals(nursery.cancel_scope)

@@ -18,7 +18,9 @@ import msgspec
 from xcsh_run._sandbox import SandboxPolicy
 
 # The `xcsh-run` commands; any other first argument is a tool's name.
-COMMANDS: Final = ("run", "list", "describe", "batch", "watch", "serve", "fuzz", "new", "doctor", "install-bun")
+COMMANDS: Final = (
+    "run", "list", "describe", "batch", "watch", "serve", "fuzz", "new", "doctor", "install-bun", "daemon",
+)  # fmt: skip
 
 # The properties, as reported (and as the JUnit test case names).
 VALID: Final = "valid inputs"

@@ -397,19 +397,18 @@ def test_log_file_gets_tool_records(tmp_path: Path) -> None:
 
 def test_list_and_describe_start_no_spare_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     """They never call a tool: a spare worker would be started only to be stopped."""
+    from xcsh_run._cli import app as _app
     from xcsh_run._cli import run as _cli
-    from xcsh_run._cli import tool_flags as _cli_fields
 
     asked: list[object] = []
-    real = _cli.open_runner
+    real = _app.open_runner
 
     def recording(*args: object, **options: object) -> object:
         asked.append(options.get("spare_workers", "default"))
         return real(*args, **options)
 
-    # list opens its runner in _cli; describe, like TOOL --help, through _cli_fields.lookup_tool.
-    monkeypatch.setattr(_cli, "open_runner", recording)
-    monkeypatch.setattr(_cli_fields, "open_runner", recording)
+    # list and describe (like TOOL --help) open their runners through app.open_cli_runner.
+    monkeypatch.setattr(_app, "open_runner", recording)
     monkeypatch.setattr(_cli, "configure_log_file", lambda *_, **__: None)  # no handler on this process's logger
     for argv in (["list", "--tools", str(TOOLS / "basic.py")], ["describe", "add", "--tools", str(TOOLS / "basic.py")]):
         with pytest.raises(SystemExit) as exited:
@@ -427,7 +426,7 @@ def test_ctrl_c_before_any_command_runs_exits_130_without_a_traceback(
     def interrupted(*_: object, **__: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(_cli, "app", interrupted)
+    monkeypatch.setattr(_cli, "_command_tree", lambda: interrupted)
     with pytest.raises(SystemExit) as exited:
         _cli.main(["add", "--args", "{}"])
     assert exited.value.code == 130

@@ -60,6 +60,7 @@ RANKS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "xcsh_run._terminal",
             "xcsh_run._project",
             "xcsh_run._platform",
+            "xcsh_run._daemon",
         ),
     ),
     (7, ("xcsh_run._sandbox",)),
@@ -77,7 +78,9 @@ RANKS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (17, ("xcsh_run.fuzz",)),
     # The CLI, then the package's public face.
     (18, ("xcsh_run._cli",)),
-    (19, ("xcsh_run", "xcsh_run.__main__")),
+    # The daemon's side runs the CLI's commands; the console script picks it or the CLI.
+    (19, ("xcsh_run._daemon.hosting",)),
+    (20, ("xcsh_run", "xcsh_run.__main__", "xcsh_run._entry")),
 )
 WORKER_UNITS = ("xcsh_run.worker*", "xcsh_run.pi")
 
