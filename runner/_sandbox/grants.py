@@ -77,9 +77,16 @@ class Runtime(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     bun: str = ""
 
 
+class Daemon(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``[daemon]``: read by the console script from the user's file (``enabled = true``, ``xcsh_run._daemon``)."""
+
+    enabled: bool = False
+
+
 class ConfigFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     trusted_projects: tuple[str, ...] = ()
     runtime: Runtime = Runtime()
+    daemon: Daemon = Daemon()
     sandbox: Grants = Grants()
     tools: dict[str, Grants] = {}
 
@@ -137,7 +144,8 @@ def _read(path: Path, base: Path) -> ConfigFile | None:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     except msgspec.ValidationError as exc:
         raise ConfigError(
-            f"{path}: {exc}; the file holds trusted_projects = [...], [runtime] (bun = PATH), and [sandbox] and "
+            f"{path}: {exc}; the file holds trusted_projects = [...], [runtime] (bun = PATH), [daemon] "
+            "(enabled = true), and [sandbox] and "
             f"[tools.NAME] tables with {', '.join(_GRANT_KEYS)}"
         ) from None
     _check_ports(path, config)

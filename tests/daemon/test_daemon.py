@@ -342,3 +342,33 @@ def test_frames_are_checked() -> None:
         wire.FrameReader().feed(struct.pack(">I", 2) + b"[]")
     with pytest.raises(wire.FrameError, match="over the"):
         wire.FrameReader().feed(struct.pack(">I", wire.MAX_FRAME + 1))
+
+
+def test_the_opt_in_flag_environment_and_config_key(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    env = {"HOME": str(home)}
+    assert _daemon.route(["echo"], env) == (False, ["echo"])
+    assert _daemon.route(["--daemon", "echo", "--json"], env) == (True, ["echo", "--json"])
+    assert _daemon.route(["echo", "--daemon", "--no-daemon"], env) == (False, ["echo"])  # the last one wins
+    assert _daemon.route(["echo", "--", "--daemon"], env) == (False, ["echo", "--", "--daemon"])
+    assert _daemon.route(["echo"], {**env, "XCSH_RUN_DAEMON": "yes"}) == (True, ["echo"])
+    assert _daemon.route(["--daemon", "serve"], env) == (False, ["serve"])  # a local command
+    assert _daemon.route(["--daemon", "--version"], env) == (False, ["--version"])
+    (home / ".xcsh").mkdir(parents=True)
+    (home / ".xcsh" / "config.toml").write_text("[daemon]\nenabled = true\n")
+    assert _daemon.route(["list"], env) == (True, ["list"])
+    assert _daemon.route(["list"], {**env, "XCSH_RUN_DAEMON": "0"}) == (False, ["list"])
+    assert _daemon.route(["list"], {**env, "_XCSH_RUN_COMPLETE": "complete_bash"})[0] is False
+    # The CLI reads the same file for its grants: the table is known there, not an error.
+    listed = subprocess.run(
+        [XCSH_RUN, "--no-daemon", "list", "--check"], env={**os.environ, "HOME": str(home)}, cwd=tmp_path,
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert listed.returncode == 0 and listed.stderr == "", listed.stderr
+
+
+def test_every_command_is_served_or_local() -> None:
+    from xcsh_run.fuzz import COMMANDS
+
+    assert set(_daemon.SERVED) | set(_daemon.LOCAL) == set(COMMANDS)
+    assert not set(_daemon.SERVED) & set(_daemon.LOCAL)
