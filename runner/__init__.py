@@ -18,11 +18,17 @@ Rules of this module:
    fuzzer, nor Ray, nor the blocking wrappers.
 4. **Public names say they are public**: ``__module__`` of what this module
    hands out is ``xcsh_run``, not the private module that defines it.
+5. **Not even ``typing`` at import**: the console script imports this module
+   first, and the daemon's client imports nothing else it does not need.
 """
 
-import typing as _typing
+from __future__ import annotations
 
-if _typing.TYPE_CHECKING:
+# typing.TYPE_CHECKING, without importing typing (type checkers read the name as theirs).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import typing as _typing
+
     from xcsh_run._config import RunnerConfig as RunnerConfig
     from xcsh_run._discovery import Candidate as Candidate
     from xcsh_run._discovery import LoadError as LoadError
@@ -72,6 +78,7 @@ if _typing.TYPE_CHECKING:
     from xcsh_run.ray import RayMissing as RayMissing
     from xcsh_run.ray import RayRunner as RayRunner
     from xcsh_run.ray import open_ray_runner as open_ray_runner
+del TYPE_CHECKING
 
 __all__ = [
     "AsyncioRunner",

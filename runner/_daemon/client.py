@@ -34,10 +34,13 @@ import struct
 import sys
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any, Final
 
 from xcsh_run._daemon import paths, wire
 from xcsh_run._version import __version__
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the client's start is timed)
+if TYPE_CHECKING:
+    from typing import Any, Final
 
 DAEMON_FAILED: Final = 70  # sysexits.h's EX_SOFTWARE: the daemon could not start, refused, or ended mid-call
 OPT_ENV: Final = "XCSH_RUN_DAEMON"

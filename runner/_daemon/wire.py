@@ -15,12 +15,15 @@ import json
 import os
 import socket
 from collections import deque
-from typing import Any, Final
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the client's start is timed)
+if TYPE_CHECKING:
+    from typing import Any, Final, TypeAlias
+
+    Frame: TypeAlias = dict[str, Any]
 
 MAX_FRAME: Final = 64 << 20  # an --args JSON is the largest thing a client sends
 MAX_FDS: Final = 4  # a call's stdin, stdout, stderr; and the client's socket, host-bound
-
-Frame = dict[str, Any]
 
 
 class FrameError(Exception):
