@@ -172,7 +172,7 @@ class TerminalUI:
 
     async def _line(self, prompt: str) -> str | None:
         self._say(prompt)
-        line = await trio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
+        line = await read_terminal_line(sys.stdin)
         return None if line == "" else line.rstrip("\n")
 
     async def select(self, title: str, options: list[str]) -> str | None:
@@ -222,6 +222,41 @@ class TerminalUI:
 
     def set_editor_text(self, text: str) -> None:
         self._editor_text = text
+
+
+async def read_terminal_line(stream: TextIO) -> str:
+    """One line typed at the terminal ``stream`` reads (its end: ""), read in the trio loop.
+
+    Not ``readline`` on a thread: a cancelled prompt would leave that thread
+    blocked in ``read``, and the next line typed there (at the shell, or at the
+    next command the daemon's host runs on that fd) would go to it. A terminal
+    in canonical mode gives a read one line at most, so nothing typed ahead
+    for a later prompt is taken.
+    """
+    fd = stream.fileno()
+    data = b""
+    while not data.endswith(b"\n"):
+        await trio.lowlevel.wait_readable(fd)
+        try:
+            chunk = os.read(fd, 4096)
+        except BlockingIOError:
+            continue
+        if not chunk:
+            break
+        data += chunk
+    return data.decode(getattr(stream, "encoding", None) or "utf-8", "replace")
+
+
+def reset_logging() -> None:
+    """Undo :func:`configure_log_file`: a process that runs many commands (the daemon's host) starts each clean."""
+    root = logging.getLogger("xcsh_run")
+    for old in _installed:
+        root.removeHandler(old)
+        old.close()
+    _installed.clear()
+    root.setLevel(logging.NOTSET)
+    root.propagate = True
+    logging.getLogger(OUTPUT_LOGGER).setLevel(logging.NOTSET)
 
 
 SPINNER: Final = "dots"  # rich's spinner name: the single call's and the batch's alike

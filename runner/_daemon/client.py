@@ -45,7 +45,8 @@ if TYPE_CHECKING:
 DAEMON_FAILED: Final = 70  # sysexits.h's EX_SOFTWARE: the daemon could not start, refused, or ended mid-call
 OPT_ENV: Final = "XCSH_RUN_DAEMON"
 START_SECONDS: Final = 60.0  # a daemon's start imports the host: seconds on a loaded machine
-STOP_SECONDS: Final = 30.0  # a stop lets the calls running end (each bounded by its own timeout and grace)
+STOP_SECONDS: Final = 90.0  # a stop lets running calls end; past 30 s the daemon stops their hosts
+ASK_SECONDS: Final = 10.0
 
 # The commands the daemon runs; every other name is a tool's (the `run` shorthand).
 SERVED: Final = ("run", "list", "describe")
@@ -158,6 +159,8 @@ def _start_lock(folder: str) -> Iterator[None]:
 
 
 def _ask(sock: socket.socket, frame: wire.Frame) -> wire.Frame | None:
+    """One question, one answer, bounded: a daemon that does not answer in time is an error."""
+    sock.settimeout(ASK_SECONDS)
     wire.send(sock, frame)
     return wire.receive(sock, wire.FrameReader())
 
@@ -288,12 +291,17 @@ def call(argv: list[str], env: Mapping[str, str] = os.environ) -> int:
         return 2
     try:
         sock = connect(env)
-    except (DaemonError, paths.DaemonDirUnsafe, OSError) as exc:
+    except (DaemonError, paths.DaemonDirUnsafe, OSError, wire.FrameError) as exc:
         print(f"xcsh-run: daemon: {exc}; or run without it (--no-daemon)", file=sys.stderr)
         return DAEMON_FAILED
+    except KeyboardInterrupt:  # while a daemon starts: nothing runs yet
+        print("xcsh-run: interrupted by SIGINT", file=sys.stderr)
+        return 130
     assert sock is not None
     fds, opened = _standard_fds()
     reader = wire.FrameReader()
+    umask = os.umask(0o022)
+    os.umask(umask)
 
     def forward(signum: int, _frame: object) -> None:
         try:
@@ -301,15 +309,29 @@ def call(argv: list[str], env: Mapping[str, str] = os.environ) -> int:
         except OSError:
             pass  # the daemon is gone: the receive below says so
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, forward)
+    forwarded = (signal.SIGINT, signal.SIGTERM)
+    # Held until the call frame is sent whole: a signal frame sent from a handler in the middle
+    # of it would cut it in two. The handlers run once the mask is lifted (rule 3).
+    signal.pthread_sigmask(signal.SIG_BLOCK, forwarded)
     try:
-        wire.send(sock, {"op": "call", "argv": argv, "cwd": cwd, "env": dict(env)}, tuple(fds))
+        for sig in forwarded:
+            signal.signal(sig, forward)
+        call_frame = {"op": "call", "argv": argv, "cwd": cwd, "env": dict(env), "umask": umask}
+        wire.send(sock, call_frame, tuple(fds))
+        sock.settimeout(None)  # the call takes as long as it takes; the host bounds it
+        sent = True
+    except OSError:
+        sent = False
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, forwarded)
         for fd in opened:
             os.close(fd)
-        answer = wire.receive(sock, reader)
-    except (OSError, wire.FrameError):
-        answer = None
+    answer: wire.Frame | None = None
+    if sent:
+        try:
+            answer = wire.receive(sock, reader)
+        except (OSError, wire.FrameError):
+            answer = None
     if answer is None or not isinstance(answer.get("exit"), int):
         print(
             "xcsh-run: daemon: the daemon ended during the call, and its result is lost; run the command again "

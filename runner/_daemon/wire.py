@@ -66,6 +66,12 @@ class FrameReader:
     def partial(self) -> bool:
         return bool(self._buffer)
 
+    def take_partial(self) -> bytes:
+        """The bytes of a frame not read whole yet, taken out (another reader goes on from them)."""
+        rest = bytes(self._buffer)
+        self._buffer.clear()
+        return rest
+
 
 def send(sock: socket.socket, frame: Frame, fds: tuple[int, ...] = ()) -> None:
     """Send one frame, blocking; ``fds`` ride with its first byte."""

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from xcsh_run import _startup  # noqa: F401
 
 if TYPE_CHECKING:
+    from xcsh_run._sandbox.grants import config_paths as config_paths
     from xcsh_run._sandbox.grants import granted_policies as granted_policies
     from xcsh_run._sandbox.grants import reaches as reaches
     from xcsh_run._sandbox.grants import ungranted_note as ungranted_note
@@ -52,6 +53,7 @@ __all__ = [
     "SandboxUnavailable",
     "build_env",
     "check",
+    "config_paths",
     "dropped_env",
     "for_javascript",
     "granted_policies",
@@ -78,6 +80,7 @@ _HOMES: dict[str, str] = {
     "SandboxPolicy": "policy",
     "SandboxUnavailable": "policy",
     "build_env": "policy",
+    "config_paths": "grants",
     "check": "policy",
     "dropped_env": "policy",
     "for_javascript": "policy",

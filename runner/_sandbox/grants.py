@@ -171,6 +171,12 @@ class Loaded(msgspec.Struct, frozen=True):
     connect_files: list[str]  # the files that grant allow_connect, for the netns warning
 
 
+def config_paths(project: str, home: str | None) -> list[Path]:
+    """The config files :func:`load` reads for ``project`` and ``home`` (whether they exist or not)."""
+    found = [Path(home) / ".xcsh" / CONFIG_NAME] if home else []
+    return [*found, Path(project) / ".xcsh" / CONFIG_NAME]
+
+
 def load(project: str, home: str | None) -> Loaded:
     """The grants for every tool and per tool, from the user's file and a trusted project's; and warnings."""
     warnings: list[str] = []

@@ -164,6 +164,23 @@ def test_a_policy_is_never_widened_by_another_clients_call(daemon_dir: str, proj
     assert state is not None and sum(h["runners"] for h in state["hosts"]) == 2  # one per policy
 
 
+def test_a_grant_taken_out_of_the_config_file_is_taken_from_the_next_call(
+    daemon_dir: str, project: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "data.txt").write_text("granted")
+    config = Path(os.environ["HOME"]) / ".xcsh" / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(f"[sandbox]\nallow_read = [{str(outside)!r}]\n")
+    args = ["read", "--args", json.dumps({"path": str(outside / "data.txt")}), "--sandbox", "strict"]
+    granted = xcsh(*args, cwd=project)
+    assert granted.returncode == 0 and granted.stdout == "granted\n", granted.stderr
+    config.write_text("[sandbox]\n")
+    refused = xcsh(*args, cwd=project)
+    assert refused.returncode == 1 and "granted" not in refused.stdout
+
+
 def test_a_changed_tool_file_is_reloaded_before_the_next_call(daemon_dir: str, project: Path) -> None:
     tool = project / ".xcsh" / "tools" / "probe.py"
     assert xcsh("where", cwd=project).returncode == 0
@@ -187,6 +204,36 @@ def test_ctrl_c_stops_the_call_through_the_ladder_and_a_second_kills(daemon_dir:
     assert proc.returncode == 130, err
     assert json.loads(out.splitlines()[-1])["error"]["kind"] == "cancelled"
     assert "stopping wait" in err
+
+
+def test_ctrl_c_while_the_command_reads_its_arguments_from_a_terminal_is_exit_130(
+    daemon_dir: str, project: Path
+) -> None:
+    """The host's thread reads the terminal, outside any trio body: answered 130 at once, and the host ends."""
+    import pty
+
+    assert xcsh("where", cwd=project).returncode == 0
+    main, sub = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            [XCSH_RUN, "where", "--args", "-"], cwd=project, stdin=sub, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # until a host has the call (it then blocks reading the terminal)
+            state = _daemon.status()
+            if state is not None and any(h["busy"] for h in state["hosts"]):
+                break
+        busy = [h["pid"] for h in state["hosts"] if h["busy"]] if state is not None else []
+        assert len(busy) == 1
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        os.close(main)
+        os.close(sub)
+    assert (proc.returncode, out, err) == (130, "", "xcsh-run: interrupted by SIGINT\n")
+    assert wait_gone(busy[0])  # its thread could not be stopped: the host ended
+    assert xcsh("where", cwd=project).stdout == f"{project} -\n"
 
 
 def test_forty_concurrent_calls_with_an_empty_cache_all_answer(daemon_dir: str, project: Path, tmp_path: Path) -> None:

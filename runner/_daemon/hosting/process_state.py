@@ -3,7 +3,9 @@
 1. **A host runs one call at a time** (the daemon sends it another only once
    it said it is done), so what the CLI reads process-wide can be the
    client's for the call: the command runs unchanged, its ``--cwd`` and
-   ``isatty`` included.
+   ``isatty`` included; and so is its umask (the files a tool makes), which
+   stays after the call, for the spare workers its runner starts next.
+   Limits, groups, cgroup and namespaces stay the daemon's (``docs/daemon.md``).
 2. **The client's own fds become 0-2** (``dup2``), and new ``sys.stdin``,
    ``sys.stdout`` and ``sys.stderr`` are made over them: a stream kept from an
    earlier call could still buffer what that client's stdin had left.
@@ -38,7 +40,9 @@ class ProcessState:
             os.set_inheritable(fd, False)
 
     @contextlib.contextmanager
-    def of_client(self, fds: Sequence[int], cwd: str, env: Mapping[str, str], argv: list[str]) -> Iterator[None]:
+    def of_client(
+        self, fds: Sequence[int], cwd: str, env: Mapping[str, str], argv: list[str], umask: int
+    ) -> Iterator[None]:
         """Within the block, the process is the client's (rules 1-3); raises :class:`DirectoryGone` on entry."""
         streams = sys.stdin, sys.stdout, sys.stderr
         saved_env = dict(os.environ)
@@ -47,15 +51,17 @@ class ProcessState:
             os.chdir(cwd)
         except OSError as exc:
             raise DirectoryGone(f"the current directory {cwd!r} cannot be entered ({exc.strerror})") from None
-        for target, fd in zip((0, 1, 2), fds, strict=True):
-            os.dup2(fd, target)
-        sys.stdin = _stream(0, "r", streams[0])
-        sys.stdout = _stream(1, "w", streams[1])
-        sys.stderr = _stream(2, "w", streams[2], errors="backslashreplace")
-        os.environ.clear()
-        os.environ.update(env)
-        sys.argv = ["xcsh-run", *argv]
+        # Kept after the call: the spare workers its runner starts next inherit it (rule 1).
+        os.umask(umask & 0o777)
         try:
+            for target, fd in zip((0, 1, 2), fds, strict=True):
+                os.dup2(fd, target)
+            sys.stdin = _stream(0, "r", streams[0])
+            sys.stdout = _stream(1, "w", streams[1])
+            sys.stderr = _stream(2, "w", streams[2], errors="backslashreplace")
+            os.environ.clear()
+            os.environ.update(env)
+            sys.argv = ["xcsh-run", *argv]
             yield
         finally:
             for stream in (sys.stdout, sys.stderr):

@@ -1,15 +1,18 @@
 """A host's runners, kept open between calls: one per cwd, environment and options; reloaded on change, closed idle.
 
-1. **The key is everything the runner pins**: the cwd and the whole
+1. **The key is everything the runner pins**: the cwd, the umask and the whole
    environment of the client (its workers were started with them), the tool
    paths, and every option but ``wanted_tool`` (the runner loads every module,
    so that the next call may want another tool) and ``spare_workers`` (the
    default: a warm runner keeps one spare). A call never gets a runner opened
    for another key, so its sandbox, grants, limits and environment are its own.
 2. **Fresh**: before each use the candidate tool files' state
-   (``xcsh_run._discovery.changes``, the MCP server's) is compared with the
-   one read before the runner was opened; a change closes the runner and
-   opens a new one, as a cold CLI call would see the files.
+   (``xcsh_run._discovery.changes``, the MCP server's) and the stat of the
+   config files the runner read its grants from (the user's and the
+   project's ``.xcsh/config.toml``) are compared with those read before the
+   runner was opened; a change closes the runner and opens a new one, as a
+   cold CLI call would see the files. A grant taken out of a config file is
+   taken from the next call.
 3. **Outlives the call**: a runner is opened by a task of the cache's own
    nursery, which holds it open until the cache closes it.
 4. **Idle runners close**: one unused for ``idle_seconds`` is closed (its own
@@ -32,6 +35,8 @@ import trio
 
 from xcsh_run._discovery import ToolFilesState, read_tool_files_state
 from xcsh_run._host import open_runner
+from xcsh_run._project import project_root
+from xcsh_run._sandbox import config_paths
 
 if TYPE_CHECKING:
     from xcsh_run._host import Runner
@@ -45,8 +50,24 @@ _IGNORED: Final = ("wanted_tool", "spare_workers")
 Key = tuple[str, tuple[tuple[str, str], ...], tuple[str, ...], str]
 
 
+def _config_state(cwd: str, env: dict[str, str]) -> tuple[object, ...]:
+    """The stat of each config file a runner opened here would read its grants from (rule 2)."""
+    home = env.get("HOME")
+    entries: list[object] = []
+    for path in config_paths(project_root(cwd, home), home):
+        try:
+            st = os.stat(path)
+            entries.append((str(path), st.st_mtime_ns, st.st_size, st.st_ino))
+        except OSError as exc:
+            entries.append((str(path), exc.errno))
+    return tuple(entries)
+
+
+State = tuple[ToolFilesState, tuple[object, ...]]
+
+
 class _Entry:
-    def __init__(self, state: ToolFilesState) -> None:
+    def __init__(self, state: State) -> None:
         self.state = state
         self.runner: Runner | None = None
         self.users = 0
@@ -74,8 +95,11 @@ class RunnerCache:
             options.pop(name, None)
         cwd = os.getcwd()
         env = dict(os.environ)
-        key: Key = (cwd, tuple(sorted(env.items())), tuple(tool_paths), repr(sorted(options.items())))
-        state = await read_tool_files_state(tool_paths, cwd)
+        umask = os.umask(0)
+        os.umask(umask)  # the client's, for the call (a worker inherits it)
+        settings = repr((umask, sorted(options.items())))
+        key: Key = (cwd, tuple(sorted(env.items())), tuple(tool_paths), settings)
+        state = (await read_tool_files_state(tool_paths, cwd), _config_state(cwd, env))
         entry = self._entries.get(key)
         if entry is not None and (entry.state != state or entry.closing.is_set()) and entry.users == 0:
             self._retire(key)

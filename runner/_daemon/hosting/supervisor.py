@@ -56,7 +56,8 @@ GROW_AFTER: Final = 0.1
 IDLE_SECONDS: Final = 1800.0
 HOST_IDLE_SECONDS: Final = 600.0
 HOST_END_SECONDS: Final = 30.0
-PEER_SECONDS: Final = 60.0  # a connection that sends no call in this long is closed
+PEER_SECONDS: Final = 60.0
+SEND_SECONDS: Final = 10.0  # a call frame to a host  # a connection that sends no call in this long is closed
 _CANCELLED: Final = 130
 
 
@@ -88,7 +89,7 @@ class _Host:
 def _affinity(call: wire.Frame) -> str:
     env = call.get("env")
     items = sorted(env.items()) if isinstance(env, dict) else []
-    return hashlib.sha256(repr((call.get("cwd"), items)).encode()).hexdigest()
+    return hashlib.sha256(repr((call.get("cwd"), call.get("umask"), items)).encode()).hexdigest()
 
 
 def _rss(pid: int, *, tree: bool = False) -> int:
@@ -136,6 +137,7 @@ class Supervisor:
         self._hosts: dict[int, _Host] = {}  # by pid
         self._last_activity = time.monotonic()
         self._stopping = False
+        self._stopped_at = 0.0
         self._wake_r, self._wake_w = socket.socketpair()
         for sock in (self._wake_r, self._wake_w):
             sock.setblocking(False)
@@ -230,10 +232,7 @@ class Supervisor:
             if len(peer.fds) != 3:
                 self._answer(peer, {"exit": client.DAEMON_FAILED, "say": "xcsh-run: daemon: a call without its fds"})
                 return
-            # Signals sent right behind the call, read with it: the host gets them first.
-            early = [f.get("signal") for f in peer.reader.ready if f.get("signal") in (signal.SIGINT, signal.SIGTERM)]
-            peer.reader.ready.clear()
-            peer.call = {**frame, "signals": early}
+            peer.call = frame
             peer.waiting_since = time.monotonic()
             self._waiting.append(peer)
             self._dispatch()
@@ -314,27 +313,39 @@ class Supervisor:
                 if host is None:
                     return
             self._waiting.popleft()
-            self._send_call(host, peer, affinity)
+            if not self._send_call(host, peer, affinity):
+                return  # the host is gone: the next turn of the loop tries again
 
-    def _send_call(self, host: _Host, peer: _Peer, affinity: str) -> None:
+    def _send_call(self, host: _Host, peer: _Peer, affinity: str) -> bool:
         assert peer.call is not None
         with contextlib.suppress(KeyError, ValueError):
             self._selector.unregister(peer.sock)
+        # What the client sent behind the call that is not handled here (its first signals, maybe
+        # half of one): the host reads the rest of the stream, so it gets these bytes first.
+        rest = b"".join(wire.encode(f) for f in peer.reader.ready) + peer.reader.take_partial()
+        peer.reader.ready.clear()
         try:
-            host.control.setblocking(True)
-            wire.send(host.control, peer.call, (peer.sock.fileno(), *peer.fds))
+            host.control.settimeout(SEND_SECONDS)  # a host that does not read is a host gone
+            wire.send(host.control, {**peer.call, "rest": rest.decode("latin-1")}, (peer.sock.fileno(), *peer.fds))
             host.control.setblocking(False)
         except OSError:
-            self._answer(peer, {"exit": client.DAEMON_FAILED, "say": "xcsh-run: daemon: a host ended; run again"})
+            # It ended after its last `done` (or hangs): the call goes back to the front, to another host.
+            peer.reader.feed(rest)
+            self._selector.register(peer.sock, selectors.EVENT_READ, peer)
+            self._waiting.appendleft(peer)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(host.pid, signal.SIGKILL)
             self._host_gone(host)
-            return
+            return False
         host.busy = True
         host.affinity = affinity
         self._peers.pop(peer.sock.fileno(), None)
         peer.sock.close()  # rule 4: the host's copy is the only one now
         for fd in peer.fds:
             wire.close_quietly(fd)
+        peer.fds.clear()
         self._last_activity = time.monotonic()
+        return True
 
     def _spawn(self) -> _Host | None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -405,6 +416,12 @@ class Supervisor:
     def _housekeeping(self) -> None:
         now = time.monotonic()
         for host in list(self._hosts.values()):
+            if self._stopping and host.busy and host.told_to_end is None and now - self._stopped_at > HOST_END_SECONDS:
+                # A call still running that long after a stop: its host is stopped, which stops the
+                # call through the ladder (its client gets the `cancelled` result), then ends.
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(host.pid, signal.SIGTERM)
+                host.told_to_end = now
             if host.told_to_end is not None:
                 if not self._reap(host.pid, block=False) and now - host.told_to_end > HOST_END_SECONDS:
                     with contextlib.suppress(ProcessLookupError):
@@ -437,6 +454,7 @@ class Supervisor:
         if self._stopping:
             return
         self._stopping = True
+        self._stopped_at = time.monotonic()
         print(f"xcsh-run daemon {os.getpid()}: stopping ({why})", file=sys.stderr, flush=True)
         if self._listener is not None:
             with contextlib.suppress(KeyError, ValueError):
