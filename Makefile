@@ -50,7 +50,9 @@ run: $(STAMP) $(BUN_STAMP)
 ## then the CLI's tests again with every `xcsh-run` they start going through one daemon.
 test: check docs $(BUN_STAMP) node-mcp
 	$(BIN)/python -m pytest
-	XCSH_RUN_TEST_DAEMON=1 $(BIN)/python -m pytest tests/cli -q
+	@# `env`, not a shell assignment: make then runs the command itself, not through sh, and the CLI's
+	@# shell detection (--show-completion) finds the shell that started make, as in the first run.
+	env XCSH_RUN_TEST_DAEMON=1 $(BIN)/python -m pytest tests/cli -q
 
 ## The load, sweep, fault and stress tests (marker `stress`) in their long versions (`make test` runs them
 ## short); extra flags: make stress STRESS_ARGS='-k load -x'.
