@@ -114,11 +114,8 @@ def configure_log_file(path: str | os.PathLike[str] | None, *, verbose: int = 0)
     installs one for warnings): a tool's records never land on a person's
     terminal uninvited. stdout is never written, so ``serve`` (stdio) keeps it for the protocol.
     """
+    reset_logging()  # the last command's handlers and log file: the daemon's host runs many commands
     root = logging.getLogger("xcsh_run")
-    for old in _installed:
-        root.removeHandler(old)
-        old.close()  # its log file: a process that runs many commands (the daemon's host) must not keep them all
-    _installed.clear()
     root.setLevel(logging.DEBUG)
     # The output tap reads and splits the workers' output only when someone listens.
     logging.getLogger(OUTPUT_LOGGER).setLevel(logging.INFO if verbose else logging.WARNING)

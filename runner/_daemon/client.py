@@ -26,21 +26,23 @@ Rules of the client:
 
 from __future__ import annotations
 
-import contextlib
+import _socket
 import os
-import signal
-import socket
-import struct
 import sys
 import time
-from collections.abc import Iterator, Mapping
 
 from xcsh_run._daemon import paths, wire
 from xcsh_run._version import __version__
 
+# Neither ``socket`` nor ``signal``, nor ``contextlib`` or ``collections``: their C halves do, and
+# the wrappers' imports (``enum``, ``selectors``, ``functools``) are most of a cold client's own cost.
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the client's start is timed)
 if TYPE_CHECKING:
+    import signal as _signal
+    from collections.abc import Mapping
     from typing import Any, Final
+else:
+    import _signal
 
 DAEMON_FAILED: Final = 70  # sysexits.h's EX_SOFTWARE: the daemon could not start, refused, or ended mid-call
 OPT_ENV: Final = "XCSH_RUN_DAEMON"
@@ -128,9 +130,9 @@ def route(argv: list[str], env: Mapping[str, str] = os.environ) -> tuple[bool, l
     return not first.startswith("-") and first not in LOCAL, kept
 
 
-def _connect(path: str) -> socket.socket | None:
+def _connect(path: str) -> _socket.socket | None:
     """A connection to the daemon at ``path``, None when none listens there (rule 4)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.connect(path)
     except (FileNotFoundError, ConnectionRefusedError):
@@ -139,26 +141,35 @@ def _connect(path: str) -> socket.socket | None:
     except OSError:
         sock.close()
         raise
-    _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    _pid, uid, _gid = wire.peer_credentials(sock)
     if uid != os.getuid():
         sock.close()
         raise DaemonError(f"the socket {path} is served by uid {uid}, not by this user; remove it")
     return sock
 
 
-@contextlib.contextmanager
-def _start_lock(folder: str) -> Iterator[None]:
-    import fcntl
+class _StartLock:
+    """The folder's start lock, held while a client checks for a daemon and starts one (rule 4)."""
 
-    fd = os.open(paths.lock_path(folder), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
+    def __init__(self, folder: str) -> None:
+        self._path = paths.lock_path(folder)
+        self._fd = -1
+
+    def __enter__(self) -> None:
+        import fcntl
+
+        self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(self._fd)
+            raise
+
+    def __exit__(self, *_exc: object) -> None:
+        os.close(self._fd)  # the lock goes with its fd
 
 
-def _ask(sock: socket.socket, frame: wire.Frame) -> wire.Frame | None:
+def _ask(sock: _socket.socket, frame: wire.Frame) -> wire.Frame | None:
     """One question, one answer, bounded: a daemon that does not answer in time is an error."""
     sock.settimeout(ASK_SECONDS)
     wire.send(sock, frame)
@@ -200,7 +211,7 @@ def _start(folder: str, env: Mapping[str, str]) -> None:
             os.close(ready_w)
 
 
-def connect(env: Mapping[str, str] = os.environ, *, start: bool = True) -> socket.socket | None:
+def connect(env: Mapping[str, str] = os.environ, *, start: bool = True) -> _socket.socket | None:
     """A connection to this user's daemon, started if need be (and ``start``); None if none runs and not ``start``.
 
     A daemon of another identity is asked to stop and replaced (rule 4).
@@ -221,13 +232,15 @@ def connect(env: Mapping[str, str] = os.environ, *, start: bool = True) -> socke
             _stop_at(where)  # another install or version: never trusted with a call
         if not start:
             return None
-        with _start_lock(folder):
+        with _StartLock(folder):
             sock = _connect(where)
             if sock is not None:
                 sock.close()
                 continue  # another client started one meanwhile: check it as above
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 os.unlink(where)  # stale: nothing listens on it
+            except FileNotFoundError:
+                pass
             _start(folder, env)
     raise DaemonError(f"no daemon of this install would answer at {where}; see {paths.log_path(folder)}")
 
@@ -237,13 +250,15 @@ def _stop_at(where: str) -> int | None:
     sock = _connect(where)
     if sock is None:
         return None
-    with sock:
+    try:
         answer = _ask(sock, {"op": "stop"}) or {}
         sock.settimeout(STOP_SECONDS)
         try:
             wire.receive(sock, wire.FrameReader())  # it closes the connection once every host has ended
         except (TimeoutError, OSError, wire.FrameError):
             pass
+    finally:
+        sock.close()
     pid = answer.get("pid")
     return pid if isinstance(pid, int) else None
 
@@ -258,8 +273,10 @@ def status(env: Mapping[str, str] = os.environ) -> dict[str, Any] | None:
     sock = _connect(paths.socket_path(paths.runtime_dir(env)))
     if sock is None:
         return None
-    with sock:
+    try:
         answer = _ask(sock, {"op": "status"})
+    finally:
+        sock.close()
     if answer is not None:
         answer["current"] = answer.get("identity") == identity(env)
     return answer
@@ -309,21 +326,22 @@ def call(argv: list[str], env: Mapping[str, str] = os.environ) -> int:
         except OSError:
             pass  # the daemon is gone: the receive below says so
 
-    forwarded = (signal.SIGINT, signal.SIGTERM)
+    forwarded = (_signal.SIGINT, _signal.SIGTERM)
     # Held until the call frame is sent whole: a signal frame sent from a handler in the middle
     # of it would cut it in two. The handlers run once the mask is lifted (rule 3).
-    signal.pthread_sigmask(signal.SIG_BLOCK, forwarded)
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, forwarded)
     try:
         for sig in forwarded:
-            signal.signal(sig, forward)
-        call_frame = {"op": "call", "argv": argv, "cwd": cwd, "env": dict(env), "umask": umask}
+            _signal.signal(sig, forward)
+        # sys.path: where the host reads installed tools' entry points, as this process would have.
+        call_frame = {"op": "call", "argv": argv, "cwd": cwd, "env": dict(env), "umask": umask, "path": sys.path}
         wire.send(sock, call_frame, tuple(fds))
         sock.settimeout(None)  # the call takes as long as it takes; the host bounds it
         sent = True
     except OSError:
         sent = False
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, forwarded)
+        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, forwarded)
         for fd in opened:
             os.close(fd)
     answer: wire.Frame | None = None

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Mapping
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the client's start is timed)
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Final
 
 DIR_ENV: Final = "XCSH_RUN_DAEMON_DIR"

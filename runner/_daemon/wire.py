@@ -1,20 +1,26 @@
 """The frames between a client, the daemon and its hosts: a 4-byte big-endian length, then one JSON object.
 
-JSON, not msgspec: the client imports the standard library only. ``argv``
-and the environment may hold bytes that are not UTF-8 (Python decodes them
-with ``surrogateescape``); ``json``'s ASCII escapes carry those lone
-surrogates through unchanged. File descriptors travel beside a frame's first
-byte (``SCM_RIGHTS``), which is why every send of a frame with fds is one
-``sendmsg`` of the whole frame, and every receive that may carry them reads
-with room for them.
+1. **JSON, from the interpreter's own C codec parts**: the client imports the
+   standard library only, and not even all of that: ``json`` itself imports
+   ``re`` (and with it ``enum`` and ``functools``), milliseconds of a start
+   that is timed. A frame is written by :func:`encode` (objects, arrays,
+   strings, integers, floats, booleans, null) and read by ``_json``'s
+   scanner, the one ``json.loads`` uses.
+2. **Lone surrogates travel**: ``argv`` and the environment may hold bytes
+   that are not UTF-8 (Python decodes them with ``surrogateescape``); ASCII
+   escapes carry those surrogates through unchanged, both ways.
+3. **Fds travel beside a frame's first byte** (``SCM_RIGHTS``), which is why
+   every send of a frame with fds is one ``sendmsg`` of the whole frame, and
+   every receive that may carry them reads with room for them.
 """
 
 from __future__ import annotations
 
-import json
+import _socket
 import os
-import socket
-from collections import deque
+import sys
+from _json import encode_basestring_ascii as _quote
+from _json import make_scanner
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the client's start is timed)
 if TYPE_CHECKING:
@@ -24,17 +30,94 @@ if TYPE_CHECKING:
 
 MAX_FRAME: Final = 64 << 20  # an --args JSON is the largest thing a client sends
 MAX_FDS: Final = 4  # a call's stdin, stdout, stderr; and the client's socket, host-bound
+ANCILLARY_BYTES: Final = _socket.CMSG_SPACE(MAX_FDS * 4)  # room for MAX_FDS fds beside a frame
+_FD_BYTES: Final = 4  # an fd in SCM_RIGHTS is a C int
 
 
 class FrameError(Exception):
     """The peer sent something that is not a frame of this protocol (or the connection ended mid-frame)."""
 
 
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
+class _Syntax:
+    """What ``_json``'s scanner reads off a ``json.JSONDecoder``: strict JSON, plain dicts, no NaN."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = staticmethod(_no_constant)
+
+
+# The stub types the scanner's argument as the scanner itself; it reads these six attributes.
+_scan = make_scanner(_Syntax())  # type: ignore[arg-type]
+
+
+def _loads(text: str) -> object:
+    try:
+        value, end = _scan(text, 0)
+    except StopIteration:
+        raise ValueError("no JSON value at the start") from None
+    if end != len(text):
+        raise ValueError(f"extra data at character {end}")
+    return value
+
+
+def _write(value: object, out: list[str]) -> None:
+    # bool before int: True is an int to isinstance.
+    if isinstance(value, str):
+        out.append(_quote(value))
+    elif value is None or value is True or value is False:
+        out.append("null" if value is None else "true" if value else "false")
+    elif isinstance(value, int):
+        out.append(int.__repr__(value))
+    elif isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"{value!r} is not JSON")
+        out.append(float.__repr__(value))
+    elif isinstance(value, dict):
+        out.append("{")
+        for i, (key, item) in enumerate(value.items()):
+            if not isinstance(key, str):
+                raise TypeError(f"a frame's keys are strings, not {type(key).__name__}")
+            out.append("," if i else "")
+            out.append(_quote(key))
+            out.append(":")
+            _write(item, out)
+        out.append("}")
+    elif isinstance(value, (list, tuple)):
+        out.append("[")
+        for i, item in enumerate(value):
+            out.append("," if i else "")
+            _write(item, out)
+        out.append("]")
+    else:
+        raise TypeError(f"a frame cannot hold a {type(value).__name__}")
+
+
 def encode(frame: Frame) -> bytes:
-    body = json.dumps(frame, separators=(",", ":")).encode()
+    """One frame's bytes: its length, then its JSON (ASCII, no spaces)."""
+    out: list[str] = []
+    _write(frame, out)
+    body = "".join(out).encode("ascii")
     if len(body) > MAX_FRAME:
         raise FrameError(f"a frame of {len(body)} bytes is over the {MAX_FRAME}-byte limit")
     return len(body).to_bytes(4, "big") + body
+
+
+def decode(body: bytes) -> Frame:
+    """One frame's JSON object; :class:`FrameError` for anything else."""
+    try:
+        frame = _loads(body.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise FrameError(f"a frame that is not JSON: {exc}") from None
+    if not isinstance(frame, dict):
+        raise FrameError("a frame that is not a JSON object")
+    return frame
 
 
 class FrameReader:
@@ -42,7 +125,7 @@ class FrameReader:
 
     def __init__(self) -> None:
         self._buffer = bytearray()
-        self.ready: deque[Frame] = deque()  # frames read whole, not yet taken
+        self.ready: list[Frame] = []  # frames read whole, not yet taken, oldest first
 
     def feed(self, data: bytes) -> None:
         self._buffer += data
@@ -54,13 +137,11 @@ class FrameReader:
                 break
             body = bytes(self._buffer[4 : 4 + size])
             del self._buffer[: 4 + size]
-            try:
-                frame = json.loads(body)
-            except ValueError as exc:
-                raise FrameError(f"a frame that is not JSON: {exc}") from None
-            if not isinstance(frame, dict):
-                raise FrameError("a frame that is not a JSON object")
-            self.ready.append(frame)
+            self.ready.append(decode(body))
+
+    def take(self) -> Frame:
+        """The oldest frame read whole (there is one: check :attr:`ready`)."""
+        return self.ready.pop(0)
 
     @property
     def partial(self) -> bool:
@@ -73,18 +154,28 @@ class FrameReader:
         return rest
 
 
-def send(sock: socket.socket, frame: Frame, fds: tuple[int, ...] = ()) -> None:
+def send(sock: _socket.socket, frame: Frame, fds: tuple[int, ...] = ()) -> None:
     """Send one frame, blocking; ``fds`` ride with its first byte."""
     data = encode(frame)
-    sent = socket.send_fds(sock, [data], list(fds)) if fds else sock.send(data)
+    if fds:
+        rights = b"".join(fd.to_bytes(_FD_BYTES, sys.byteorder, signed=True) for fd in fds)
+        sent = sock.sendmsg([data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
+    else:
+        sent = sock.send(data)
     if sent < len(data):
         sock.sendall(data[sent:])
 
 
-def receive(sock: socket.socket, reader: FrameReader, fds: list[int] | None = None) -> Frame | None:
+def receive_bytes(sock: _socket.socket, size: int = 1 << 16) -> tuple[bytes, list[int]]:
+    """One ``recvmsg``: the bytes, and the fds that came with them (the caller owns them)."""
+    data, ancdata, _flags, _addr = sock.recvmsg(size, ANCILLARY_BYTES)
+    return data, fds_in(ancdata)
+
+
+def receive(sock: _socket.socket, reader: FrameReader, fds: list[int] | None = None) -> Frame | None:
     """The next frame, blocking; None at a clean end of the connection. Passed fds go into ``fds``, else are closed."""
     while not reader.ready:
-        data, received, _flags, _addr = socket.recv_fds(sock, 1 << 16, MAX_FDS)
+        data, received = receive_bytes(sock)
         if fds is not None:
             fds.extend(received)
         else:
@@ -95,22 +186,17 @@ def receive(sock: socket.socket, reader: FrameReader, fds: list[int] | None = No
                 raise FrameError("the connection ended in the middle of a frame")
             return None
         reader.feed(data)
-    return reader.ready.popleft()
+    return reader.take()
 
 
 def fds_in(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
-    """The fds of a ``recvmsg``'s ancillary data (``SCM_RIGHTS``), for a receiver that is not :func:`receive`."""
-    import array
-
+    """The fds of a ``recvmsg``'s ancillary data (``SCM_RIGHTS``); a truncated last one is dropped."""
     fds: list[int] = []
     for level, kind, payload in ancdata:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            whole = payload[: len(payload) - len(payload) % 4]
-            fds.extend(array.array("i", whole))
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            for at in range(0, len(payload) - _FD_BYTES + 1, _FD_BYTES):
+                fds.append(int.from_bytes(payload[at : at + _FD_BYTES], sys.byteorder, signed=True))
     return fds
-
-
-ANCILLARY_BYTES: Final = socket.CMSG_SPACE(MAX_FDS * 4)  # room for MAX_FDS fds beside a frame
 
 
 def close_quietly(fd: int) -> None:
@@ -118,3 +204,10 @@ def close_quietly(fd: int) -> None:
         os.close(fd)
     except OSError:
         pass
+
+
+def peer_credentials(sock: _socket.socket) -> tuple[int, int, int]:
+    """The pid, uid and gid of the process at the other end of a Unix socket (``SO_PEERCRED``)."""
+    raw = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
+    pid, uid, gid = (int.from_bytes(raw[at : at + 4], sys.byteorder, signed=True) for at in (0, 4, 8))
+    return pid, uid, gid

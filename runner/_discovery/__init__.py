@@ -56,6 +56,8 @@ if TYPE_CHECKING:
     from xcsh_run._discovery.finder import ToolSource as ToolSource
     from xcsh_run._discovery.finder import discover_custom_tool_paths as discover_custom_tool_paths
     from xcsh_run._discovery.finder import expand as expand
+    from xcsh_run._discovery.finder import search_path as search_path
+    from xcsh_run._discovery.finder import use_search_path as use_search_path
     from xcsh_run._discovery.finder import walk as walk
     from xcsh_run._discovery.schemas import ArgumentValidator as ArgumentValidator
     from xcsh_run._discovery.schemas import SchemaProblem as SchemaProblem
@@ -116,6 +118,8 @@ __all__ = [
     "tool_files_state",
     "version",
     "wait_for_change",
+    "search_path",
+    "use_search_path",
     "walk",
     "worker_command",
 ]
@@ -170,6 +174,8 @@ _HOMES: dict[str, str] = {
     "tool_files_state": "changes",
     "version": "bun",
     "wait_for_change": "changes",
+    "search_path": "finder",
+    "use_search_path": "finder",
     "walk": "finder",
     "worker_command": "tool_envs",
 }

@@ -258,13 +258,32 @@ class _ScanResult(msgspec.Struct):
     warnings: list[str]
 
 
+# The interpreter path entry points are read from (source 5): this process's own, or, in the
+# daemon's host, its client's for the length of a call. A client is a console script whose sys.path
+# is what a call without the daemon would have had (its PYTHONPATH, its script's folder); the
+# host's own, set when the daemon started, is another's, and would also key the scan's cache
+# differently from the calls made without the daemon, each rewriting it for the other.
+_client_search_path: list[str] | None = None
+
+
+def search_path() -> list[str]:
+    """The interpreter path entry points are read from: the client's in the daemon's host, else ``sys.path``."""
+    return list(sys.path if _client_search_path is None else _client_search_path)
+
+
+def use_search_path(path: Sequence[str] | None) -> None:
+    """Read entry points on ``path`` from now on (the daemon's host, for a call); None: on ``sys.path`` again."""
+    global _client_search_path  # process-wide, as sys.path itself: a host runs one call at a time
+    _client_search_path = None if path is None else list(path)
+
+
 def cached_entry_point_candidates(home: Path, warnings: list[str], cache_dir: Path | None) -> list[Candidate]:
     """:func:`entry_point_candidates`, remembered while no searched folder changed.
 
     Scanning every installed distribution costs ~25 ms per run; installing or
     removing one changes its folder's mtime, which changes the key.
     """
-    places = [*sys.path, *(str(d) for d in plugin_site_dirs(home))]
+    places = [*search_path(), *(str(d) for d in plugin_site_dirs(home))]
     stamps = []
     for place in places:
         try:
@@ -302,7 +321,7 @@ def entry_point_candidates(home: Path, warnings: list[str]) -> Iterator[Candidat
     """Entry points of the group ``xcsh.tools``: names and values are read, nothing is imported."""
     from importlib import metadata
 
-    places: list[tuple[list[str], str]] = [(list(sys.path), "environment")]
+    places: list[tuple[list[str], str]] = [(search_path(), "environment")]
     places += [([str(d)], "plugin prefix") for d in plugin_site_dirs(home)]
     for search, where in places:
         try:

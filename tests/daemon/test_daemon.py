@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import XCSH_RUN
 from xcsh_run import _daemon
@@ -224,6 +226,7 @@ def test_ctrl_c_while_the_command_reads_its_arguments_from_a_terminal_is_exit_13
             state = _daemon.status()
             if state is not None and any(h["busy"] for h in state["hosts"]):
                 break
+            time.sleep(0.01)  # a poll of a condition, not a wait standing in for one
         busy = [h["pid"] for h in state["hosts"] if h["busy"]] if state is not None else []
         assert len(busy) == 1
         proc.send_signal(signal.SIGINT)
@@ -256,19 +259,67 @@ def test_forty_concurrent_calls_with_an_empty_cache_all_answer(daemon_dir: str, 
         assert json.loads(out)["content"][0]["text"] == f"{project} {i % 4}"
 
 
+PLUGIN = """
+from xcsh_run.pi import CustomTool
+
+def factory(api):
+    def hello(tool_call_id, params, on_update, ctx, signal):
+        return {"content": [{"type": "text", "text": "hello"}]}
+
+    return [CustomTool(name="from_pythonpath", description="says hello", parameters={"type": "object"}, execute=hello)]
+"""
+
+
+def test_installed_tools_are_found_on_the_clients_path_as_without_the_daemon(
+    daemon_dir: str, project: Path, tmp_path: Path
+) -> None:
+    """Entry points are read on the client's sys.path (its PYTHONPATH); the scan's record is the one cold calls read.
+
+    The record is keyed on the searched path: were it the host's own, each call with the daemon
+    and each without would find the other's record stale, scan every installed distribution again
+    and write their own over it.
+    """
+    on_path = tmp_path / "on-pythonpath"
+    info = on_path / "xcsh_pp_plugin-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: xcsh-pp-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[xcsh.tools]\nhello = xcsh_pp_plugin:factory\n")
+    (on_path / "xcsh_pp_plugin.py").write_text(PLUGIN)
+    with_path = {**os.environ, "PYTHONPATH": str(on_path)}
+    served = xcsh("from_pythonpath", cwd=project, env=with_path)
+    assert (served.returncode, served.stdout) == (0, "hello\n"), served.stderr
+    assert "from_pythonpath" not in xcsh("list", cwd=project).stdout  # another client's path: not there
+    listed = xcsh("list", cwd=project, env=with_path)
+    record = Path(os.environ["XDG_CACHE_HOME"]) / "xcsh-run" / "entry-points.json"
+    written = record.stat().st_mtime_ns
+    cold = xcsh("--no-daemon", "list", cwd=project, env=with_path)
+    assert cold.stdout == listed.stdout and "from_pythonpath" in cold.stdout, cold.stderr
+    assert xcsh("list", cwd=project, env=with_path).stdout == listed.stdout
+    assert record.stat().st_mtime_ns == written  # neither side scanned again
+
+
 def test_the_client_imports_the_standard_library_only(daemon_dir: str, project: Path) -> None:
+    """Not trio, typer or the host, and of the standard library only C modules, ``os`` and ``stat``.
+
+    Compared with what the interpreter had imported before the console script's first line (what
+    ``site`` and an editable install's finder import differs from one install to the next).
+    """
     assert xcsh("where", cwd=project).returncode == 0
     code = (
-        "import sys; sys.argv = ['xcsh-run', 'where']; import os; real = os._exit\n"
+        "import sys; sys.argv = ['xcsh-run', 'where']; import os; real = os._exit; before = set(sys.modules)\n"
         "def done(code):\n"
-        "    print(sorted(m for m in sys.modules if m.split('.')[0] in ('trio','typer','msgspec','click','rich')), "
-        "file=sys.stderr); real(code)\n"
+        "    print(sorted(set(sys.modules) - before), file=sys.stderr); real(code)\n"
         "os._exit = done\n"
         "from xcsh_run._entry import main; main()"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout == f"{project} -\n", proc.stderr
-    assert proc.stderr.strip() == "[]"
+    imported = json.loads(proc.stderr.strip().replace("'", '"'))
+    ours = {name for name in imported if name.split(".")[0] == "xcsh_run"}
+    assert ours == {
+        f"xcsh_run.{m}" for m in ("_entry", "_daemon", "_daemon.client", "_daemon.paths", "_daemon.wire", "_version")
+    } | {"xcsh_run"}
+    assert set(imported) - ours <= {"_socket", "_signal", "_json", "stat", "_stat"}, imported
 
 
 def connect_as_nobody(where: str) -> str:
@@ -389,6 +440,35 @@ def test_frames_are_checked() -> None:
         wire.FrameReader().feed(struct.pack(">I", 2) + b"[]")
     with pytest.raises(wire.FrameError, match="over the"):
         wire.FrameReader().feed(struct.pack(">I", wire.MAX_FRAME + 1))
+
+
+_TEXT = st.text(st.characters(min_codepoint=0, max_codepoint=0x10FFFF, exclude_categories=()), max_size=20)
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | _TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TEXT, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_TEXT, _JSON, max_size=6))
+def test_frames_are_the_json_of_the_standard_library(frame: dict[str, object]) -> None:
+    """The client's codec writes what ``json.dumps`` writes (ASCII, compact) and reads it back, surrogates too."""
+    data = wire.encode(frame)
+    assert data[4:].decode() == json.dumps(frame, separators=(",", ":"))
+    reader = wire.FrameReader()
+    reader.feed(data[:5])
+    reader.feed(data[5:])
+    assert reader.take() == json.loads(data[4:]) and not reader.ready
+
+
+def test_frames_that_are_not_json_are_refused() -> None:
+    for body in (b"{", b'{"a":NaN}', b'{"a":1} x', b" {}", b"\xff", b'{"a":Infinity}', b"[" * 100_000):
+        with pytest.raises(wire.FrameError, match="not JSON"):
+            wire.decode(body)
+    for frame in ({"a": float("nan")}, {"a": object()}, {1: 2}):
+        with pytest.raises((ValueError, TypeError)):
+            wire.encode(frame)  # type: ignore[dict-item]
 
 
 def test_the_opt_in_flag_environment_and_config_key(tmp_path: Path) -> None:

@@ -105,7 +105,7 @@ async def _listen(conn: trio.socket.SocketType, reader: wire.FrameReader, delive
     try:
         while True:
             while reader.ready:
-                number = reader.ready.popleft().get("signal")
+                number = reader.take().get("signal")
                 if number in (signal.SIGINT, signal.SIGTERM):
                     deliver(int(number))
             data = await conn.recv(4096)
@@ -124,7 +124,7 @@ async def _receive(sock: trio.socket.SocketType, reader: wire.FrameReader, fds: 
         if not data:
             return None
         reader.feed(data)
-    return reader.ready.popleft()
+    return reader.take()
 
 
 class Host:
@@ -183,6 +183,8 @@ class Host:
             env = {str(k): str(v) for k, v in frame["env"].items()}
             cwd = str(frame["cwd"])
             umask = int(frame.get("umask", 0o022))
+            path = frame.get("path")
+            search_path = [str(entry) for entry in path] if isinstance(path, list) else None
         except (KeyError, TypeError, AttributeError, ValueError):
             answer = {"exit": 2, "say": "xcsh-run: daemon: a call without argv, env and cwd"}
         else:
@@ -203,7 +205,7 @@ class Host:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(_listen, conn, reader, deliver)
                     try:
-                        with self._state.of_client(std, cwd, env, argv, umask):
+                        with self._state.of_client(std, cwd, env, argv, umask, search_path):
                             code = await trio.to_thread.run_sync(_command, argv, call, abandon_on_cancel=True)
                         answer = {"exit": code}
                     except DirectoryGone as exc:

@@ -1,10 +1,13 @@
-"""A client's process state, put on its host for the length of one call: fds 0-2, the cwd, the environment, argv.
+"""A client's process state, put on its host for one call: fds 0-2, the cwd, the environment, argv, the search path.
 
 1. **A host runs one call at a time** (the daemon sends it another only once
    it said it is done), so what the CLI reads process-wide can be the
    client's for the call: the command runs unchanged, its ``--cwd`` and
    ``isatty`` included; and so is its umask (the files a tool makes), which
-   stays after the call, for the spare workers its runner starts next.
+   stays after the call, for the spare workers its runner starts next. The
+   client's ``sys.path`` is where the discovery reads installed tools' entry
+   points (``xcsh_run._discovery.use_search_path``), not the host's own path:
+   the host's imports stay its own.
    Limits, groups, cgroup and namespaces stay the daemon's (``docs/daemon.md``).
 2. **The client's own fds become 0-2** (``dup2``), and new ``sys.stdin``,
    ``sys.stdout`` and ``sys.stderr`` are made over them: a stream kept from an
@@ -26,6 +29,8 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TextIO
 
+from xcsh_run._discovery import use_search_path
+
 
 class DirectoryGone(Exception):
     """The client's cwd cannot be entered by the host (removed, or not searchable)."""
@@ -41,7 +46,13 @@ class ProcessState:
 
     @contextlib.contextmanager
     def of_client(
-        self, fds: Sequence[int], cwd: str, env: Mapping[str, str], argv: list[str], umask: int
+        self,
+        fds: Sequence[int],
+        cwd: str,
+        env: Mapping[str, str],
+        argv: list[str],
+        umask: int,
+        search_path: Sequence[str] | None = None,
     ) -> Iterator[None]:
         """Within the block, the process is the client's (rules 1-3); raises :class:`DirectoryGone` on entry."""
         streams = sys.stdin, sys.stdout, sys.stderr
@@ -62,6 +73,7 @@ class ProcessState:
             os.environ.clear()
             os.environ.update(env)
             sys.argv = ["xcsh-run", *argv]
+            use_search_path(search_path)
             yield
         finally:
             for stream in (sys.stdout, sys.stderr):
@@ -73,6 +85,7 @@ class ProcessState:
             os.environ.clear()
             os.environ.update(saved_env)
             sys.argv = saved_argv
+            use_search_path(None)
             os.chdir("/")
 
 

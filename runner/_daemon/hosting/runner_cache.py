@@ -1,7 +1,8 @@
 """A host's runners, kept open between calls: one per cwd, environment and options; reloaded on change, closed idle.
 
 1. **The key is everything the runner pins**: the cwd, the umask and the whole
-   environment of the client (its workers were started with them), the tool
+   environment of the client (its workers were started with them), the path
+   its installed tools' entry points were read on (the client's), the tool
    paths, and every option but ``wanted_tool`` (the runner loads every module,
    so that the next call may want another tool) and ``spare_workers`` (the
    default: a warm runner keeps one spare). A call never gets a runner opened
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from xcsh_run._discovery import ToolFilesState, read_tool_files_state
+from xcsh_run._discovery import ToolFilesState, read_tool_files_state, search_path
 from xcsh_run._host import open_runner
 from xcsh_run._project import project_root
 from xcsh_run._sandbox import config_paths
@@ -47,7 +48,7 @@ IDLE_SECONDS: Final = 600.0
 MAX_RUNNERS: Final = 8
 _IGNORED: Final = ("wanted_tool", "spare_workers")
 
-Key = tuple[str, tuple[tuple[str, str], ...], tuple[str, ...], str]
+Key = tuple[str, tuple[tuple[str, str], ...], tuple[str, ...], tuple[str, ...], str]
 
 
 def _config_state(cwd: str, env: dict[str, str]) -> tuple[object, ...]:
@@ -98,7 +99,7 @@ class RunnerCache:
         umask = os.umask(0)
         os.umask(umask)  # the client's, for the call (a worker inherits it)
         settings = repr((umask, sorted(options.items())))
-        key: Key = (cwd, tuple(sorted(env.items())), tuple(tool_paths), settings)
+        key: Key = (cwd, tuple(sorted(env.items())), tuple(search_path()), tuple(tool_paths), settings)
         state = (await read_tool_files_state(tool_paths, cwd), _config_state(cwd, env))
         entry = self._entries.get(key)
         if entry is not None and (entry.state != state or entry.closing.is_set()) and entry.users == 0:

@@ -41,7 +41,6 @@ import os
 import selectors
 import signal
 import socket
-import struct
 import sys
 import time
 from dataclasses import dataclass, field
@@ -180,7 +179,7 @@ class Supervisor:
                 return
             except OSError:
                 return  # EMFILE and the like: the client retries on its refused connection
-            _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+            _pid, uid, _gid = wire.peer_credentials(sock)
             if uid != os.getuid():
                 with contextlib.suppress(OSError):
                     sock.setblocking(True)
@@ -196,7 +195,7 @@ class Supervisor:
 
     def _from_peer(self, peer: _Peer) -> None:
         try:
-            data, fds, _flags, _addr = socket.recv_fds(peer.sock, 1 << 16, wire.MAX_FDS)
+            data, fds = wire.receive_bytes(peer.sock)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -211,7 +210,7 @@ class Supervisor:
             self._forget(peer)
             return
         while peer.reader.ready and peer.sock.fileno() >= 0:
-            self._frame(peer, peer.reader.ready.popleft())
+            self._frame(peer, peer.reader.take())
 
     def _frame(self, peer: _Peer, frame: wire.Frame) -> None:
         op = frame.get("op")
@@ -283,7 +282,7 @@ class Supervisor:
             self._end_host(host)
             return
         while host.reader.ready:
-            frame = host.reader.ready.popleft()
+            frame = host.reader.take()
             if frame.get("done"):
                 host.busy = False
                 host.idle_since = time.monotonic()
