@@ -378,8 +378,9 @@ def _status_text(state: dict[str, Any]) -> str:
         f"  folder: {state.get('folder')} (its socket and log)",
         f"  hosts: {len(hosts)} ({busy} busy, {state.get('waiting', 0)} calls waiting), runners kept: {runners}",
         f"  memory: {mib / (1 << 20):.0f} MiB (the daemon, its hosts and their workers)",
-        f"  ends after {float(state.get('idle_seconds') or 0):.0f} s without a call",
     ]
+    idle = state.get("idle_seconds")
+    lines.append(f"  ends after {float(idle):.0f} s without a call" if idle is not None else "  never ends on its own")
     if not state.get("current"):
         lines.append("  another install or version than this xcsh-run's: the next call replaces it")
     return "\n".join(lines)

@@ -6,10 +6,13 @@
    that is timed. A frame is written by :func:`encode` (objects, arrays,
    strings, integers, floats, booleans, null) and read by ``_json``'s
    scanner, the one ``json.loads`` uses.
-2. **Lone surrogates travel**: ``argv`` and the environment may hold bytes
+2. **Stricter than** ``json.loads``: no whitespace around the object, no
+   NaN or infinity, no float out of range; what :func:`decode` accepts,
+   :func:`encode` writes again.
+3. **Lone surrogates travel**: ``argv`` and the environment may hold bytes
    that are not UTF-8 (Python decodes them with ``surrogateescape``); ASCII
    escapes carry those surrogates through unchanged, both ways.
-3. **Fds travel beside a frame's first byte** (``SCM_RIGHTS``), which is why
+4. **Fds travel beside a frame's first byte** (``SCM_RIGHTS``), which is why
    every send of a frame with fds is one ``sendmsg`` of the whole frame, and
    every receive that may carry them reads with room for them.
 """
@@ -42,13 +45,20 @@ def _no_constant(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if value - value != 0.0:  # inf or nan: 1e400 reads as inf, which no frame can be written with again
+        raise ValueError(f"{text} is out of a float's range")
+    return value
+
+
 class _Syntax:
     """What ``_json``'s scanner reads off a ``json.JSONDecoder``: strict JSON, plain dicts, no NaN."""
 
     strict = True
     object_hook = None
     object_pairs_hook = None
-    parse_float = float
+    parse_float = staticmethod(_finite)
     parse_int = int
     parse_constant = staticmethod(_no_constant)
 
@@ -62,6 +72,14 @@ def _loads(text: str) -> object:
         value, end = _scan(text, 0)
     except StopIteration:
         raise ValueError("no JSON value at the start") from None
+    except SystemError:
+        # 3.11's scanner reports a syntax error with json.decoder's error class, which it finds
+        # only once something imported it (else: "returned NULL without setting an exception").
+        if "json.decoder" in sys.modules:
+            raise ValueError("not a JSON text") from None
+        import json.decoder  # noqa: F401  (on the error path only)
+
+        return _loads(text)
     if end != len(text):
         raise ValueError(f"extra data at character {end}")
     return value
@@ -209,5 +227,6 @@ def close_quietly(fd: int) -> None:
 def peer_credentials(sock: _socket.socket) -> tuple[int, int, int]:
     """The pid, uid and gid of the process at the other end of a Unix socket (``SO_PEERCRED``)."""
     raw = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
-    pid, uid, gid = (int.from_bytes(raw[at : at + 4], sys.byteorder, signed=True) for at in (0, 4, 8))
+    pid = int.from_bytes(raw[0:4], sys.byteorder, signed=True)
+    uid, gid = (int.from_bytes(raw[at : at + 4], sys.byteorder) for at in (4, 8))  # uid_t is unsigned
     return pid, uid, gid

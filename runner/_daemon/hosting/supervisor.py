@@ -488,7 +488,7 @@ class Supervisor:
             "python": sys.executable,
             "folder": self._folder,
             "started": self._started,
-            "idle_seconds": self._idle,
+            "idle_seconds": self._idle if self._idle < float("inf") else None,  # JSON has no infinity
             "rss": _rss(os.getpid()),
             "hosts": hosts,
             "waiting": len(self._waiting),
