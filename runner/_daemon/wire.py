@@ -45,11 +45,14 @@ def _no_constant(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
 
 
-def _finite(text: str) -> float:
-    value = float(text)
-    if value - value != 0.0:  # inf or nan: 1e400 reads as inf, which no frame can be written with again
-        raise ValueError(f"{text} is out of a float's range")
+def _finite(value: float, shown: object) -> float:
+    if value - value != 0.0:  # inf or nan, which JSON cannot hold
+        raise ValueError(f"{shown} is not a finite JSON number")
     return value
+
+
+def _read_float(text: str) -> float:
+    return _finite(float(text), text)  # 1e400 reads as inf: refused, so that what is read can be written again
 
 
 class _Syntax:
@@ -58,7 +61,7 @@ class _Syntax:
     strict = True
     object_hook = None
     object_pairs_hook = None
-    parse_float = staticmethod(_finite)
+    parse_float = staticmethod(_read_float)
     parse_int = int
     parse_constant = staticmethod(_no_constant)
 
@@ -94,9 +97,7 @@ def _write(value: object, out: list[str]) -> None:
     elif isinstance(value, int):
         out.append(int.__repr__(value))
     elif isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
-            raise ValueError(f"{value!r} is not JSON")
-        out.append(float.__repr__(value))
+        out.append(float.__repr__(_finite(value, repr(value))))
     elif isinstance(value, dict):
         out.append("{")
         for i, (key, item) in enumerate(value.items()):
